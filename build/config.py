@@ -1,0 +1,127 @@
+"""`BertConfig`: the one description of a BERT's shape, read from and written to HF config.json.
+
+Reference: transformers' `BertConfig` (same field names, so `from_hf`/`to_hf` are near identity).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertonnx.runtime.errors import ArtifactError, ConfigError
+
+ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "swish")
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    classifier_dropout: float | None = None
+    problem_type: str | None = None
+    # id2label keys are ints here; HF writes them as strings in JSON.
+    id2label: dict[int, str] = field(default_factory=lambda: {0: "LABEL_0", 1: "LABEL_1"})
+    head_dim: int = field(init=False)
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}", "choose a head count that divides hidden_size")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"unsupported hidden_act {self.hidden_act!r}",
+                              f"use one of {', '.join(ACTIVATIONS)}")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"unknown problem_type {self.problem_type!r}",
+                              f"use one of {', '.join(PROBLEM_TYPES)}")
+        object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
+        if sorted(self.id2label) != list(range(len(self.id2label))):
+            raise ConfigError("id2label ids must be 0..N-1", "renumber the labels")
+        object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in self.id2label.items()}
+
+    def replace(self, **changes: Any) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    def with_labels(self, labels: list[str] | int) -> "BertConfig":
+        names = [f"LABEL_{i}" for i in range(labels)] if isinstance(labels, int) else list(labels)
+        return self.replace(id2label=dict(enumerate(names)))
+
+    @classmethod
+    def from_hf(cls, source: dict | str | Path) -> "BertConfig":
+        """From a HF config dict, a config.json path, or a folder holding one."""
+        if not isinstance(source, dict):
+            path = Path(source)
+            if path.is_dir():
+                path = path / "config.json"
+            if not path.is_file():
+                raise ArtifactError(f"no config.json at {path}",
+                                    "point at a folder saved by save_pretrained")
+            try:
+                source = json.loads(path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
+        model_type = source.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(f"model_type {model_type!r} is not BERT",
+                              "bertonnx loads BERT checkpoints (model_type 'bert') only")
+        pos = source.get("position_embedding_type", "absolute")
+        if pos != "absolute":
+            raise ConfigError(f"position_embedding_type {pos!r} is not supported",
+                              "only 'absolute' position embeddings are implemented")
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        kwargs = {k: v for k, v in source.items() if k in names}
+        if "id2label" not in source and "num_labels" in source:
+            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(source["num_labels"]))}
+        return cls(**kwargs)
+
+    def to_hf(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        d["label2id"] = self.label2id
+        d["model_type"] = "bert"
+        d["position_embedding_type"] = "absolute"
+        return d
+
+
+# Presets: (layers, hidden, heads) as in Turc et al. 2019's compact BERTs, plus `tiny` for tests.
+PRESETS: dict[str, BertConfig] = {
+    "tiny": BertConfig(vocab_size=1024, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=64, max_position_embeddings=128),
+    "mini": BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                       intermediate_size=1024),
+    "small": BertConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                        intermediate_size=2048),
+    "base": BertConfig(),
+    "large": BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                        intermediate_size=4096),
+}
+
+
+def preset(name: str) -> BertConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}",
+                          f"use one of {', '.join(PRESETS)} or a config.json path") from None

@@ -1,0 +1,165 @@
+"""Task heads composed on the one encoder, and the task table that picks them.
+
+Each head takes the encoder's (hidden (B, T, H), pooled (B, H) or None) and returns what
+DESIGN.md promises for its task. Losses are pure functions in `losses.py`, not in forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertonnx.runtime.errors import ConfigError
+
+from .config import BertConfig
+from .model import Encoder, activation, init_weights
+
+
+class MLMHead(nn.Module):
+    """dense -> act -> LayerNorm -> decoder tied to the word embeddings, + bias."""
+
+    def __init__(self, c: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.act = activation(c.hidden_act)
+        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+        # A tuple hides the embedding from module registration: the weight is owned (and
+        # saved) once, by the encoder, and only borrowed here.
+        self._tied = (word_embeddings,)
+
+    def forward(self, hidden):
+        h = self.norm(self.act(self.dense(hidden)))
+        B, T, H = h.shape
+        # F.linear on a 2-D input exports as Gemm(transB=1) reading the embedding matrix
+        # directly; on 3-D it would become MatMul(Transpose(W)), which constant folding turns
+        # into a second copy of W (torch issue 108342).
+        logits = F.linear(h.reshape(B * T, H), self._tied[0].weight, self.bias)
+        return logits.view(B, T, -1)  # (B, T, V)
+
+
+class FillMaskHead(nn.Module):
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.mlm = MLMHead(c, enc.embeddings.word)
+
+    def forward(self, hidden, pooled):
+        return self.mlm(hidden)
+
+
+class PretrainingHead(nn.Module):
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.mlm = MLMHead(c, enc.embeddings.word)
+        self.nsp = nn.Linear(c.hidden_size, 2)
+
+    def forward(self, hidden, pooled):
+        return self.mlm(hidden), self.nsp(pooled)  # (B, T, V), (B, 2)
+
+
+def _dropout(c: BertConfig) -> nn.Dropout:
+    p = c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
+    return nn.Dropout(p)
+
+
+class ClassifierHead(nn.Module):
+    """Sequence classification on the pooled [CLS]: (B, L)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.dropout = _dropout(c)
+        self.classifier = nn.Linear(c.hidden_size, c.num_labels)
+
+    def forward(self, hidden, pooled):
+        return self.classifier(self.dropout(pooled))
+
+
+class TokenClassifierHead(nn.Module):
+    """Per-token classification: (B, T, L)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.dropout = _dropout(c)
+        self.classifier = nn.Linear(c.hidden_size, c.num_labels)
+
+    def forward(self, hidden, pooled):
+        return self.classifier(self.dropout(hidden))
+
+
+class SpanHead(nn.Module):
+    """Extractive QA: start and end logits, each (B, T)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.qa = nn.Linear(c.hidden_size, 2)
+
+    def forward(self, hidden, pooled):
+        start, end = self.qa(hidden).unbind(-1)
+        return start, end
+
+
+class IdentityHead(nn.Module):
+    """Feature extraction: last_hidden_state (B, T, H)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+
+    def forward(self, hidden, pooled):
+        return hidden
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    head: type
+    hf_class: str     # the transformers class whose checkpoints this task reads and writes
+    pooler: bool      # does that HF class carry a pooler?
+    outputs: tuple[str, ...]
+
+
+TASKS: dict[str, TaskSpec] = {
+    "fill-mask": TaskSpec(FillMaskHead, "BertForMaskedLM", False, ("logits",)),
+    "text-classification": TaskSpec(ClassifierHead, "BertForSequenceClassification", True,
+                                    ("logits",)),
+    "token-classification": TaskSpec(TokenClassifierHead, "BertForTokenClassification", False,
+                                     ("logits",)),
+    "question-answering": TaskSpec(SpanHead, "BertForQuestionAnswering", False,
+                                   ("start_logits", "end_logits")),
+    "feature-extraction": TaskSpec(IdentityHead, "BertModel", True, ("last_hidden_state",)),
+    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True,
+                            ("mlm_logits", "nsp_logits")),
+}
+
+
+def task_spec(task: str) -> TaskSpec:
+    try:
+        return TASKS[task]
+    except KeyError:
+        raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(TASKS)}") from None
+
+
+class Bert(nn.Module):
+    """One encoder, one head. `forward` returns what DESIGN.md lists for `task`."""
+
+    def __init__(self, config: BertConfig, task: str):
+        super().__init__()
+        spec = task_spec(task)
+        self.config, self.task = config, task
+        self.encoder = Encoder(config, pooler=spec.pooler)
+        self.head = spec.head(config, self.encoder)
+        self.source_dir = None  # folder the weights came from; save_pretrained copies its tokenizer
+        init_weights(self, config.initializer_range)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        hidden, pooled = self.encoder(input_ids, attention_mask, token_type_ids)
+        return self.head(hidden, pooled)
+
+    def save_pretrained(self, out_dir) -> None:
+        from .checkpoint import save_pretrained
+
+        save_pretrained(self, out_dir)
+
+
+def build_model(config: BertConfig, task: str) -> Bert:
+    return Bert(config, task)

@@ -1,0 +1,1 @@
+"""bertonnx.export — torch -> ONNX: the export contract, fusion, quantization, parity, manifest."""
