@@ -32,10 +32,14 @@ class Embeddings(nn.Module):
         self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size)
         self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        # A sliced constant rather than arange(T): the Slice pattern is what onnxruntime's
+        # EmbedLayerNormalization fusion recognises (arange exports as Range and does not fuse).
+        self.register_buffer("position_ids", torch.arange(c.max_position_embeddings)[None],
+                             persistent=False)
 
     def forward(self, input_ids, token_type_ids):
         T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device).unsqueeze(0)  # (1, T)
+        positions = self.position_ids[:, :T]  # (1, T)
         x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)
         return self.dropout(self.norm(x))  # (B, T, H)
 
