@@ -152,7 +152,9 @@ def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
                 f"config implies {tuple(wanted[name].shape)}",
                 "fix config.json to match the weights (or the weights to match it)")
     missing = sorted(set(wanted) - set(ours))
-    body = [k for k in missing if not k.startswith("head.")]
+    # Like transformers, a pooler absent from the checkpoint (saved from BertForMaskedLM,
+    # token classification or QA) is initialised with the head: it feeds only the head.
+    body = [k for k in missing if not k.startswith(("head.", "encoder.pooler."))]
     if body:
         raise ArtifactError(
             f"{folder} lacks encoder weights: {', '.join(ours_to_hf(k) for k in body[:8])}"

@@ -1,0 +1,68 @@
+"""Helpers for comparing our model with transformers' on a right-padded batch.
+
+Tolerance: max |ours − HF| ≤ HF_ATOL · max(1, max |HF|) — absolute 1e-5 for outputs of unit
+scale, relative to the largest reference value beyond that (MLM logits of a random model reach
+~10, and float32 rounding grows with the magnitude).
+"""
+from __future__ import annotations
+
+import torch
+
+from bertonnx.runtime.contract import HF_ATOL
+
+# transformers' output attribute names, in the order our model returns them.
+HF_OUTPUTS = {
+    "fill-mask": ("logits",),
+    "text-classification": ("logits",),
+    "token-classification": ("logits",),
+    "question-answering": ("start_logits", "end_logits"),
+    "feature-extraction": ("last_hidden_state",),
+    "pretraining": ("prediction_logits", "seq_relationship_logits"),
+}
+# Outputs with one row per token; the others have one row per sequence.
+PER_TOKEN = {"fill-mask": (True,), "text-classification": (False,),
+             "token-classification": (True,), "question-answering": (True, True),
+             "feature-extraction": (True,), "pretraining": (True, False)}
+
+
+def padded_batch(vocab_size: int, max_len: int, type_vocab_size: int = 2, *, seed: int = 0,
+                 lengths: tuple[int, ...] | None = None):
+    """(input_ids, attention_mask, token_type_ids), right padded with id 0."""
+    g = torch.Generator().manual_seed(seed)
+    T = max_len
+    lengths = lengths or (T, max(1, T - 4), min(2, T))
+    ids = torch.randint(5, vocab_size, (len(lengths), T), generator=g)
+    types = torch.randint(0, type_vocab_size, (len(lengths), T), generator=g)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    return ids * mask, mask, types * mask
+
+
+def as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def max_diff(task: str, ours, hf_out, mask: torch.Tensor) -> float:
+    """Max of |ours − HF| / max(1, max |HF|) over outputs, unpadded positions only."""
+    worst = 0.0
+    ref = tuple(getattr(hf_out, name) for name in HF_OUTPUTS[task])
+    for a, b, per_token in zip(as_tuple(ours), ref, PER_TOKEN[task], strict=True):
+        assert a.shape == b.shape, (task, a.shape, b.shape)
+        if per_token:
+            a, b = a[mask.bool()], b[mask.bool()]
+        scale = max(1.0, b.abs().max().item())
+        worst = max(worst, (a - b).abs().max().item() / scale)
+    return worst
+
+
+def assert_close(task: str, ours, hf_out, mask: torch.Tensor) -> None:
+    d = max_diff(task, ours, hf_out, mask)
+    assert d <= HF_ATOL, f"{task}: max |ours - HF| (scaled) = {d:.3g} > {HF_ATOL}"
+
+
+def run_both(ours, hf, batch):
+    ids, mask, types = batch
+    with torch.no_grad():
+        return (ours(ids, attention_mask=mask, token_type_ids=types),
+                hf(input_ids=ids, attention_mask=mask, token_type_ids=types))

