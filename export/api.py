@@ -1,0 +1,248 @@
+"""`export_model`: a checkpoint (or model) in, a complete export folder out.
+
+    load -> torch.onnx.export (fp32) -> fuse -> [int8 | fp16] -> tokenizer + config.json
+         -> parity -> bertonnx.json -> rename into place
+
+Everything is written into a hidden sibling folder and renamed to `out` only once the manifest is
+written, so an interrupted export never leaves a folder that looks complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import onnx
+
+from bertonnx.build import Bert, load_pretrained, load_tokenizer
+from bertonnx.build.checkpoint import default_model_dir
+from bertonnx.build.heads import task_spec
+from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
+                                       MODEL_NAME, OUTPUTS)
+from bertonnx.runtime.errors import (ArtifactError, CheckFailed, ConfigError, InputError,
+                                     TaskMismatchError)
+from bertonnx.runtime.manifest import Manifest
+
+from . import fusion, graph, parity
+
+QUANTIZE_MODES = ("none", "int8", "fp16")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    opset: int = 17
+    optimize: bool = True          # onnxruntime BERT fusion (Attention, SkipLayerNorm, ...)
+    quantize: str = "none"         # "none" | "int8" (dynamic, of the fused graph) | "fp16"
+    parity: bool = True            # prove the graph against the torch model before finishing
+    force: bool = False            # replace a non-empty `out`
+    tokenizer: str | Path | None = None  # tokenizer folder; default: the model's source folder
+    int8: "Int8Settings | None" = None   # None: the measured default (quantize.DEFAULT_INT8)
+
+    def __post_init__(self):
+        if self.quantize not in QUANTIZE_MODES:
+            raise InputError(f"unknown quantization {self.quantize!r}",
+                             f"use one of {', '.join(QUANTIZE_MODES)}")
+        if not 14 <= self.opset <= 20:
+            # 14..20: what the TorchScript exporter writes for this model and the fusion tests
+            # cover (below 17, LayerNorm is exported decomposed and still fuses).
+            raise InputError(f"opset {self.opset} is outside 14..20", "use --opset 17")
+        if self.quantize != "none" and not self.optimize:
+            raise InputError(f"--quantize {self.quantize} works on the fused graph",
+                             "drop --no-optimize")
+
+
+def resolve_model(model: str | Path | Bert, task: str) -> Bert:
+    if task not in EXPORT_TASKS:
+        raise ConfigError(f"task {task!r} cannot be exported", f"use one of {', '.join(EXPORT_TASKS)}")
+    if isinstance(model, Bert):
+        if model.task != task:
+            raise TaskMismatchError(f"the model was built for {model.task}, not {task}",
+                                    f"load it with task {task!r}")
+        return model.eval()
+    if str(model) == "default":
+        model = default_model_dir()
+    return load_pretrained(model, task)
+
+
+def _check_target(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out} is a file", "choose a folder for --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ArtifactError(f"{out} is not empty", "choose an empty folder or pass --force")
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for pkg in ("bertonnx", "torch", "onnx", "onnxruntime", "tokenizers", "numpy"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _io(task: str) -> tuple[dict, dict]:
+    inputs = {n: {"dtype": INPUT_DTYPE, "axes": {str(k): v for k, v in INPUT_AXES.items()}}
+              for n in INPUT_NAMES}
+    outputs = {n: {"dtype": "float32", "axes": {str(k): v for k, v in ax.items()}}
+               for n, ax in OUTPUTS[task]}
+    return inputs, outputs
+
+
+def _config_summary(model: Bert) -> dict:
+    c = model.config
+    return {"architecture": task_spec(model.task).hf_class, "vocab_size": c.vocab_size,
+            "hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
+            "num_attention_heads": c.num_attention_heads,
+            "max_position_embeddings": c.max_position_embeddings,
+            "type_vocab_size": c.type_vocab_size, "pad_token_id": c.pad_token_id,
+            "num_labels": c.num_labels, "id2label": {str(k): v for k, v in c.id2label.items()},
+            "problem_type": c.problem_type}
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Rename the finished temp folder to `out`; an old `out` is moved aside first."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_model(model: str | Path | Bert, task: str, out: str | Path,
+                 options: ExportOptions = ExportOptions(), *,
+                 progress: Callable[[str], None] | None = None) -> Manifest:
+    """Export `model` for `task` into `out` (see module docstring); returns the manifest."""
+    say = progress or (lambda msg: None)
+    out = Path(out).expanduser()
+    _check_target(out, options.force)
+    say(f"loading {model if not isinstance(model, Bert) else 'model'} for {task}")
+    m = resolve_model(model, task)
+    tok_dir = options.tokenizer or m.source_dir
+    if tok_dir is None:
+        raise ArtifactError("the model has no source folder to take the tokenizer from",
+                            "pass ExportOptions(tokenizer=FOLDER)")
+    tokenizer = load_tokenizer(tok_dir)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        manifest = _build(m, task, tmp, options, tokenizer, say, source=model)
+        say(f"writing {out}")
+        _install(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
+           source) -> Manifest:
+    c = m.config
+    with tempfile.TemporaryDirectory(prefix="bertonnx-export-") as scratch:
+        raw = Path(scratch) / "raw.onnx"
+        say(f"exporting to ONNX (opset {options.opset}, {graph.EXPORTER})")
+        graph.export_onnx(m, raw, options.opset)
+        if options.optimize:
+            say("fusing (onnxruntime transformer optimizer, model_type bert)")
+            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size)
+            fusion.check_fused(fusion.fused_counts(proto), c.num_hidden_layers)
+        else:
+            proto = onnx.load(str(raw))
+        fp32_bytes = len(proto.SerializeToString()) if graph._fits_bytesize(proto) else None
+        quant = {"mode": options.quantize}
+        if options.quantize == "int8":
+            from . import quantize
+
+            say("quantizing to int8 (dynamic, of the fused graph)")
+            proto, quant = quantize.int8(proto, m, options.int8)
+        elif options.quantize == "fp16":
+            from . import quantize
+
+            say("converting to float16 (for GPU providers)")
+            proto, quant = quantize.fp16(proto)
+        counts = fusion.fused_counts(proto)
+        if options.optimize:
+            fusion.check_fused(counts, c.num_hidden_layers)
+        model_path = tmp / MODEL_NAME
+        graph.save_model(proto, model_path)
+    del proto
+
+    size = graph.graph_bytes(model_path)
+    quant["size"] = {"model_bytes": size, "unique_param_bytes": graph.unique_param_bytes(m),
+                     "ratio_to_params": round(size / graph.unique_param_bytes(m), 4)}
+    if options.quantize != "none" and fp32_bytes:
+        quant["size"]["ratio_to_fp32_graph"] = round(size / fp32_bytes, 4)
+
+    tokenizer.save(tmp)
+    hf = c.to_hf()
+    hf["architectures"] = [task_spec(task).hf_class]
+    (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n", encoding="utf-8")
+
+    figures = {}
+    if options.parity:
+        say("checking parity against the torch model")
+        figures = check_parity(m, model_path, options.quantize, tokenizer)
+    inputs, outputs = _io(task)
+    manifest = Manifest(
+        task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
+        optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
+        config=_config_summary(m), versions=_versions(),
+        source=str(source if not isinstance(source, Bert) else (m.source_dir or "")),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    manifest.write(tmp)
+    return manifest
+
+
+def _figures(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
+    sess = parity.session(model_path)
+    if mode == "none":
+        return parity.grid(m, sess)
+    if mode == "fp16":
+        return parity.fp16_figures(m, sess)
+    from . import quantize
+
+    return quantize.agreement(m, sess, tokenizer)
+
+
+def check_parity(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
+    """The parity figures that fit `mode`; raises CheckFailed outside tolerance."""
+    figures = _figures(m, model_path, mode, tokenizer)
+    if figures.get("passed", True):
+        return figures
+    if mode == "none":
+        name, worst = max(figures["max_abs"].items(), key=lambda kv: kv[1])
+        raise CheckFailed(f"parity failed: {name} differs by {worst:.3g} (> {figures['atol']:g}) "
+                          f"at batch×seq {figures['worst_shape'][name]}",
+                          "run `bertonnx parity DIR --reference MODEL --per-layer` to locate it")
+    raise CheckFailed(f"int8 task agreement {figures['agreement']:.3f} is below "
+                      f"{figures['min_agreement']}", "export without --quantize int8")
+
+
+def parity_report(folder: str | Path, reference: str | Path | Bert, *,
+                  per_layer: bool = False) -> dict:
+    """Parity of an existing export against `reference`; `passed` is False outside tolerance.
+
+    Unlike `check_parity` it returns the report instead of raising, so the CLI can print it
+    before exiting 1.
+    """
+    folder = Path(folder)
+    manifest = Manifest.read(folder)
+    m = resolve_model(reference, manifest.task)
+    mode = manifest.quantization.get("mode", "none")
+    tokenizer = load_tokenizer(folder)
+    report = _figures(m, folder / MODEL_NAME, mode, tokenizer)
+    if per_layer:
+        report["per_layer"] = parity.per_layer(m, folder / MODEL_NAME)
+    return report

@@ -1,0 +1,111 @@
+"""`bertonnx export`, `bertonnx parity` and `bertonnx demo`: click maps flags onto the functions
+in api.py; progress goes to stderr, results (or `--json`) to stdout."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bertonnx.runtime.contract import EXPORT_TASKS
+
+
+def _progress(msg: str) -> None:
+    click.echo(f"bertonnx: {msg}", err=True)
+
+
+def _fused_line(counts: dict) -> str:
+    return ", ".join(f"{op} {n}" for op, n in counts.items()) or "none (not optimized)"
+
+
+def parity_line(figures: dict) -> str:
+    """One line summarising a parity report of any mode."""
+    if not figures:
+        return "parity: not checked"
+    mode = figures.get("mode")
+    if mode == "fp32":
+        worst = ", ".join(f"{k} {v:.2e}" for k, v in figures["max_abs"].items())
+        return (f"parity fp32: max |Δ| {worst} (tolerance {figures['atol']:g}) over "
+                f"{len(figures['shapes'])} batch×seq shapes: "
+                f"{'PASS' if figures['passed'] else 'FAIL'}")
+    if mode == "int8":
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in figures["metrics"].items())
+        return (f"parity int8: {parts} on {figures['examples']} real sentences "
+                f"(minimum {figures['min_agreement']}): {'PASS' if figures['passed'] else 'FAIL'}")
+    rel = ", ".join(f"{k} {v:.2e}" for k, v in figures["rel_max_abs"].items())
+    return f"parity fp16: max |Δ|/scale {rel} (reported, not enforced; fp16 targets GPUs)"
+
+
+@click.command()
+@click.argument("model")
+@click.option("--task", required=True, type=click.Choice(EXPORT_TASKS), help="What the graph answers.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Export folder.")
+@click.option("--opset", default=17, show_default=True, type=int)
+@click.option("--optimize/--no-optimize", default=True, show_default=True,
+              help="Fuse with onnxruntime's BERT optimizer.")
+@click.option("--quantize", type=click.Choice(["none", "int8", "fp16"]), default="none",
+              show_default=True, help="int8: dynamic, for CPUs. fp16: for GPU providers.")
+@click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
+@click.option("--no-parity", is_flag=True, help="Skip the parity check (not recommended).")
+@click.option("--tokenizer", type=click.Path(path_type=Path),
+              help="Tokenizer folder, when MODEL's folder has none.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def export(model, task, out, opset, optimize, quantize, force, no_parity, tokenizer, as_json):
+    """Export MODEL (a checkpoint folder, a hub id, or `default` for the bundled MiniLM) to ONNX."""
+    from .api import ExportOptions, export_model
+
+    opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
+                         force=force, tokenizer=tokenizer)
+    manifest = export_model(model, task, out, opts, progress=_progress)
+    if as_json:
+        click.echo(manifest.to_json(), nl=False)
+        return
+    size = manifest.quantization.get("size", {}).get("model_bytes", 0)
+    click.echo(f"exported {task} to {out} ({size / 1e6:.1f} MB, opset {opset}, "
+               f"quantization {quantize})")
+    click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
+    click.echo(parity_line(manifest.parity))
+
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--reference", required=True, help="The checkpoint the export came from.")
+@click.option("--per-layer", is_flag=True, help="Also report the first layer whose hidden states part.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def parity(folder, reference, per_layer, as_json):
+    """Check an export FOLDER against its torch reference; exit 1 outside tolerance."""
+    from bertonnx.runtime.errors import CheckFailed
+
+    from .api import parity_report
+
+    report = parity_report(folder, reference, per_layer=per_layer)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(parity_line(report))
+        if per_layer:
+            for row in report["per_layer"]["layers"]:
+                click.echo(f"  {row['where']:>12}: max |Δ| {row['max_abs']:.2e}")
+            first = report["per_layer"]["first_parting"]
+            click.echo(f"  first layer past {report['per_layer']['atol']:g}: {first or 'none'}")
+    if not report.get("passed", True):
+        raise CheckFailed(f"{folder} is outside tolerance against {reference}",
+                          "export again, or run with --per-layer to find where it parts")
+
+
+@click.command()
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("artifacts"),
+              show_default=True, help="Folder to put the demo export(s) under.")
+def demo(out):
+    """Export the bundled MiniLM (feature-extraction), fused, and show its parity and fused ops."""
+    from .api import ExportOptions, export_model
+
+    target = out / "minilm-feature-extraction"
+    # The demo owns this folder: re-running it replaces the previous demo export.
+    manifest = export_model("default", "feature-extraction", target, ExportOptions(force=True),
+                            progress=_progress)
+    size = manifest.quantization["size"]["model_bytes"]
+    click.echo(f"exported all-MiniLM-L6-v2 (feature-extraction) to {target} ({size / 1e6:.1f} MB)")
+    click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
+    click.echo(parity_line(manifest.parity))
+    # -- runtime: answers through the runtime are appended here (owned by the runtime part) --

@@ -1,0 +1,115 @@
+"""torch -> ONNX: the pinned exporter call, sample inputs, and the graph's parameter bytes.
+
+The exporter is pinned to TorchScript (`dynamo=False`): measured with torch 2.13 and onnxruntime
+1.31, its graph is the one onnxruntime's BERT optimizer fuses fully (Attention == layers), while
+the dynamo exporter's attention does not fuse at all (DESIGN.md, "Exporter facts").
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import onnx
+import torch
+
+from bertonnx.build import Bert
+from bertonnx.runtime.contract import INPUT_NAMES, dynamic_axes, output_names
+from bertonnx.runtime.errors import CheckFailed
+
+EXPORTER = "torch.onnx.export(dynamo=False)"
+EXPORT_BATCH = 2  # >= 2, so batch cannot be specialised to 1
+_TWO_GB = 2 * 1024**3
+
+
+def export_seq_len(model: Bert) -> int:
+    """A sequence length equal to no other dimension of the model, so no Reshape bakes it in."""
+    c = model.config
+    taken = {EXPORT_BATCH, c.num_attention_heads, c.head_dim, c.hidden_size, c.intermediate_size,
+             c.vocab_size, c.num_hidden_layers, c.num_labels, c.type_vocab_size,
+             c.max_position_embeddings, 1}
+    for t in (11, 13, 17, 19, 23, 29, 31, 37):
+        if t not in taken and t <= c.max_position_embeddings:
+            return t
+    # Tiny position tables: anything free that fits.
+    for t in range(c.max_position_embeddings, 1, -1):
+        if t not in taken:
+            return t
+    raise CheckFailed(f"no free sequence length to export with (max positions "
+                      f"{c.max_position_embeddings})", "use a model with more positions")
+
+
+def sample_inputs(model: Bert, batch: int, seq: int, *, lengths=None, seed: int = 0):
+    """Right-padded int64 (input_ids, attention_mask, token_type_ids) of shape (batch, seq).
+
+    Row lengths are random in [1, seq] (one row always full); token types switch to 1 in the
+    second half of each row, as for a text pair, so the segment embedding is exercised.
+    """
+    c = model.config
+    g = torch.Generator().manual_seed(seed)
+    if lengths is None:
+        lengths = torch.randint(1, seq + 1, (batch,), generator=g)
+        lengths[0] = seq
+    lengths = torch.as_tensor(lengths)
+    pos = torch.arange(seq)[None]  # (1, T)
+    mask = (pos < lengths[:, None]).long()  # (B, T), right padding
+    low = min(c.pad_token_id + 1, c.vocab_size - 1)
+    ids = torch.randint(low, c.vocab_size, (batch, seq), generator=g)
+    ids = torch.where(mask.bool(), ids, torch.full_like(ids, c.pad_token_id))
+    second = (pos >= (lengths[:, None] + 1) // 2) & mask.bool()
+    tt = second.long() if c.type_vocab_size > 1 else torch.zeros_like(ids)
+    return ids, mask, tt
+
+
+def export_onnx(model: Bert, path: Path, opset: int) -> None:
+    """Write the unoptimised fp32 graph: named int64 inputs, batch/sequence dynamic everywhere."""
+    model = model.eval()
+    args = sample_inputs(model, EXPORT_BATCH, export_seq_len(model))
+    with warnings.catch_warnings(), torch.no_grad():
+        # The TorchScript exporter warns that it is deprecated; the choice is deliberate (above)
+        # and guarded by the fusion check, so the warning only adds noise to the CLI.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, args, str(path), input_names=list(INPUT_NAMES),
+                          output_names=list(output_names(model.task)),
+                          dynamic_axes=dynamic_axes(model.task), opset_version=opset,
+                          do_constant_folding=True, dynamo=False)
+
+
+def save_model(proto: onnx.ModelProto, path: Path) -> None:
+    """model.onnx in one file; external data (model.onnx.data) only past protobuf's 2 GB."""
+    large = proto.ByteSize() > _TWO_GB if _fits_bytesize(proto) else True
+    if large:
+        onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save_model(proto, str(path))
+
+
+def _fits_bytesize(proto: onnx.ModelProto) -> bool:
+    try:
+        proto.ByteSize()
+        return True
+    except Exception:  # protobuf refuses to size messages past 2 GB
+        return False
+
+
+def unique_param_bytes(model: Bert) -> int:
+    """Bytes of the model's parameters, each shared tensor counted once (tied weights)."""
+    seen, total = set(), 0
+    for p in model.parameters():  # parameters() already yields a shared tensor once
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def graph_bytes(path: Path) -> int:
+    """model.onnx plus its external data file, if any."""
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
+
+
+def op_counts(proto: onnx.ModelProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in proto.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts

@@ -1,0 +1,159 @@
+"""Parity: the exported graph against the scratch torch model it came from.
+
+fp32 (fused or not): every output over the shape grid PARITY_BATCHES × PARITY_SEQUENCES, right
+padded with random row lengths, compared on unpadded positions only, max |Δ| ≤ FP32_ATOL.
+int8: task agreement with the fp32 torch model on real English text (see `agreement`).
+fp16: figures reported (it is meant for GPU providers). `per_layer` finds the first encoder layer
+whose hidden states part, from torch forward hooks and the graph's LayerNorm outputs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from bertonnx.build import Bert
+from bertonnx.runtime.contract import (FP16_ATOL, FP32_ATOL, INPUT_NAMES, OUTPUTS,
+                                       PARITY_BATCHES, PARITY_SEQUENCES)
+from bertonnx.runtime.errors import ArtifactError
+
+from .graph import sample_inputs
+
+
+def session(model: str | Path | bytes, providers=None, threads: int | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    so.log_severity_level = 3  # the int8 graph makes onnxruntime warn about shape inference
+    try:
+        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
+                                    providers=providers or ["CPUExecutionProvider"])
+    except Exception as e:  # ORT raises its own untyped errors for unreadable graphs
+        raise ArtifactError(f"onnxruntime cannot load the graph ({str(e).splitlines()[0]})",
+                            "export the model again") from e
+
+
+def run_ort(sess, ids, mask, tt) -> list[np.ndarray]:
+    feed = dict(zip(INPUT_NAMES, (ids, mask, tt)))
+    wanted = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v.numpy() for k, v in feed.items() if k in wanted})
+
+
+def run_torch(model: Bert, ids, mask, tt) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = model(ids, mask, tt)
+    out = out if isinstance(out, tuple) else (out,)
+    return [o.float().numpy() for o in out]
+
+
+def _unpadded(a: np.ndarray, mask: np.ndarray, axes: dict) -> np.ndarray:
+    """The entries at real (unpadded) positions; outputs without a sequence axis as they are."""
+    return a[mask.astype(bool)] if 1 in axes else a
+
+
+def seq_grid(model: Bert) -> list[int]:
+    return [model.config.max_position_embeddings if s == "max" else int(s)
+            for s in PARITY_SEQUENCES]
+
+
+def grid(model: Bert, sess, *, atol: float = FP32_ATOL, seed: int = 0) -> dict:
+    """Max |Δ| per output over the whole shape grid; passed iff every one is ≤ atol."""
+    outputs = OUTPUTS[model.task]
+    worst = {name: 0.0 for name, _ in outputs}
+    where = {name: None for name, _ in outputs}
+    shapes = []
+    for b in PARITY_BATCHES:
+        for s in seq_grid(model):
+            ids, mask, tt = sample_inputs(model, b, s, seed=seed + 1000 * b + s)
+            ref, got = run_torch(model, ids, mask, tt), run_ort(sess, ids, mask, tt)
+            for (name, axes), r, g in zip(outputs, ref, got):
+                if r.shape != g.shape:
+                    raise ArtifactError(f"output {name} has shape {g.shape} for input ({b}, {s}); "
+                                        f"torch gives {r.shape}", "export the model again")
+                m = mask.numpy()
+                d = float(np.max(np.abs(_unpadded(r, m, axes) - _unpadded(g, m, axes).astype(
+                    np.float32)))) if r.size else 0.0
+                if not np.isfinite(d) or d > worst[name]:
+                    worst[name], where[name] = d, [b, s]
+            shapes.append([b, s])
+    passed = all(np.isfinite(v) and v <= atol for v in worst.values())
+    return {"mode": "fp32", "atol": atol, "max_abs": worst, "worst_shape": where,
+            "shapes": shapes, "passed": bool(passed)}
+
+
+def fp16_figures(model: Bert, sess, *, seed: int = 0) -> dict:
+    """fp16 has no pass/fail here: max |Δ| relative to each output's scale, over the grid."""
+    outputs = OUTPUTS[model.task]
+    rel = {name: 0.0 for name, _ in outputs}
+    for b in PARITY_BATCHES:
+        for s in seq_grid(model):
+            ids, mask, tt = sample_inputs(model, b, s, seed=seed + 1000 * b + s)
+            ref, got = run_torch(model, ids, mask, tt), run_ort(sess, ids, mask, tt)
+            for (name, axes), r, g in zip(outputs, ref, got):
+                m = mask.numpy()
+                r, g = _unpadded(r, m, axes), _unpadded(g, m, axes).astype(np.float32)
+                scale = float(np.max(np.abs(r))) or 1.0
+                rel[name] = max(rel[name], float(np.max(np.abs(r - g))) / scale)
+    return {"mode": "fp16", "rel_max_abs": rel, "reference_tolerance": FP16_ATOL,
+            "within_reference_tolerance": bool(all(v <= FP16_ATOL for v in rel.values()))}
+
+
+# --- per-layer -----------------------------------------------------------------------------
+
+_NORMS = ("LayerNormalization", "SkipLayerNormalization", "EmbedLayerNormalization",
+          "QEmbedLayerNormalization", "SkipSimplifiedLayerNormalization")
+
+
+def layer_tensors(proto: onnx.ModelProto, layers: int) -> list[str]:
+    """Names of [embeddings, layer 0, ..., layer L-1] outputs in the graph.
+
+    Both the unoptimised and the fused graph hold, in topological order, one LayerNorm for the
+    embeddings and two per post-LN encoder layer (attention, then feed-forward): the second of
+    each pair is the layer's output. Heads' LayerNorms come after.
+    """
+    norms = [n.output[0] for n in proto.graph.node if n.op_type in _NORMS]
+    if len(norms) < 1 + 2 * layers:
+        raise ArtifactError(f"graph has {len(norms)} LayerNorms, fewer than a {layers}-layer "
+                            "BERT needs", "per-layer parity needs a BERT graph")
+    return [norms[0]] + [norms[2 + 2 * i] for i in range(layers)]
+
+
+def per_layer(model: Bert, graph: Path, *, batch: int = 2, seq: int = 11, seed: int = 0) -> dict:
+    """Max |Δ| of the hidden states after embeddings and after each layer; first one past atol."""
+    proto = onnx.load(str(graph))
+    layers = model.config.num_hidden_layers
+    names = layer_tensors(proto, layers)
+    elem = onnx.TensorProto.FLOAT16 if any(
+        i.data_type == onnx.TensorProto.FLOAT16 for i in proto.graph.initializer) else onnx.TensorProto.FLOAT
+    have = {o.name for o in proto.graph.output}
+    for n in names:
+        if n not in have:
+            proto.graph.output.append(onnx.helper.make_tensor_value_info(n, elem, None))
+    sess = session(proto.SerializeToString())
+    ids, mask, tt = sample_inputs(model, batch, seq, seed=seed)
+    feed = {k: v.numpy() for k, v in zip(INPUT_NAMES, (ids, mask, tt))
+            if k in {i.name for i in sess.get_inputs()}}
+    got = sess.run(names, feed)
+
+    captured = []
+    hooks = [model.encoder.embeddings.register_forward_hook(lambda m, a, o: captured.append(o))]
+    hooks += [layer.register_forward_hook(lambda m, a, o: captured.append(o))
+              for layer in model.encoder.layers]
+    try:
+        run_torch(model, ids, mask, tt)
+    finally:
+        for h in hooks:
+            h.remove()
+    m = mask.numpy().astype(bool)
+    rows, first = [], None
+    for i, (t, g) in enumerate(zip(captured, got)):
+        d = float(np.max(np.abs(t.numpy()[m] - g.astype(np.float32)[m])))
+        name = "embeddings" if i == 0 else f"layer {i - 1}"
+        rows.append({"where": name, "max_abs": d})
+        if first is None and not d <= FP32_ATOL:
+            first = name
+    return {"atol": FP32_ATOL, "layers": rows, "first_parting": first}
