@@ -1,0 +1,203 @@
+"""Dynamic batching for the server: many concurrent requests, one pipeline call per batch.
+
+Requests wait in an asyncio queue. When a worker is free the batcher takes the oldest request,
+keeps collecting until the batch holds `max_batch_size` inputs or `max_wait_ms` has passed
+since that request arrived, groups the batch by identical parameters, and runs ONE call per
+group in a worker thread (onnxruntime releases the GIL, so the event loop keeps accepting
+requests meanwhile). Results go back to each request's future, in its own input order.
+
+The same idea as Triton's dynamic batcher (max_queue_delay_microseconds, preferred sizes):
+a request never waits longer than max_wait_ms for company, and while every worker is busy the
+queue fills so the next batch is as large as the traffic allows.
+
+Torch-free and server-agnostic: `run(jobs_inputs, params)` is any callable that maps a list
+of request payloads with one parameter set to a list of results, one per payload.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import BertOnnxError, InputError
+
+# run(payloads, params) -> one result per payload; raises BertOnnxError for bad input.
+RunFn = Callable[[list, dict], list]
+# on_batch(items, requests, seconds): called after every pipeline call, for metrics.
+BatchHook = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_batch_size: int = 32      # inputs (not requests) per pipeline call
+    max_wait_ms: float = 5.0      # how long the oldest request may wait for company
+    workers: int = 1              # pipeline calls in flight at once (threads)
+
+    def __post_init__(self):
+        if self.max_batch_size < 1:
+            raise InputError(f"max batch size must be ≥ 1, got {self.max_batch_size}",
+                             "pass --max-batch-size 1 or more")
+        if self.max_wait_ms < 0:
+            raise InputError(f"max wait must be ≥ 0 ms, got {self.max_wait_ms}",
+                             "pass --max-wait-ms 0 or more")
+        if self.workers < 1:
+            raise InputError(f"workers must be ≥ 1, got {self.workers}", "pass --workers 1 or more")
+
+
+@dataclass
+class _Job:
+    payload: Any                  # what `run` receives for this request
+    size: int                     # number of inputs it carries (counts toward max_batch_size)
+    params: dict
+    key: str                      # canonical JSON of params: requests batch only with equals
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+
+_STOP = object()
+
+
+def params_key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+class DynamicBatcher:
+    """`await submit(payload, size, params)` -> that payload's result, computed in a batch."""
+
+    def __init__(self, run: RunFn, config: BatchConfig = BatchConfig(), *,
+                 on_batch: BatchHook | None = None):
+        self._run = run
+        self.config = config
+        self._on_batch = on_batch
+        self._queue: asyncio.Queue | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._carry: _Job | None = None   # a job that did not fit in the previous batch
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the collecting loop on the running event loop."""
+        self._queue = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self.config.workers)
+        self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="bertonnx-batch")
+        self._loop_task = asyncio.get_running_loop().create_task(self._collect_forever())
+
+    async def close(self) -> None:
+        """Refuse new work, finish every queued and running request, stop the threads."""
+        if self._loop_task is None or self._closed:
+            return
+        self._closed = True
+        await self._queue.put(_STOP)
+        await self._loop_task
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        self._pool.shutdown(wait=True)
+
+    @property
+    def queued(self) -> int:
+        return (self._queue.qsize() if self._queue else 0) + (self._carry is not None)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def submit(self, payload: Any, size: int, params: dict) -> Any:
+        if self._loop_task is None or self._closed:
+            raise RuntimeError("the batcher is not running")
+        future = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Job(payload, max(1, size), params, params_key(params), future))
+        return await future
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _collect_forever(self) -> None:
+        while True:
+            first = self._carry or await self._queue.get()
+            self._carry = None
+            if first is _STOP:
+                return
+            # Wait for a free worker before collecting: while all are busy, requests pile up
+            # in the queue and the next batch takes them all at once.
+            await self._slots.acquire()
+            batch, stop = await self._collect(first)
+            task = asyncio.get_running_loop().create_task(self._dispatch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+            if stop:
+                return
+
+    async def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
+        batch, size = [first], first.size
+        deadline = first.arrived + self.config.max_wait_ms / 1000
+        while size < self.config.max_batch_size:
+            try:
+                job = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    break
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            if job is _STOP:
+                return batch, True
+            if size + job.size > self.config.max_batch_size:
+                self._carry = job   # starts the next batch, keeping arrival order
+                break
+            batch.append(job)
+            size += job.size
+        return batch, False
+
+    async def _dispatch(self, batch: list[_Job]) -> None:
+        try:
+            groups: dict[str, list[_Job]] = {}
+            for job in batch:
+                groups.setdefault(job.key, []).append(job)
+            for jobs in groups.values():
+                await self._run_group(jobs)
+        finally:
+            self._slots.release()
+
+    async def _run_group(self, jobs: list[_Job]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self._pool, self._timed_run, jobs)
+        except BertOnnxError as e:
+            if len(jobs) == 1:
+                _settle(jobs[0], exc=e)
+                return
+            # One bad request must not fail its batch-mates: rerun each alone to find it.
+            for job in jobs:
+                await self._run_group([job])
+            return
+        except Exception as e:  # noqa: BLE001 — handed to the request, which answers 500
+            for job in jobs:
+                _settle(job, exc=e)
+            return
+        for job, result in zip(jobs, results):
+            _settle(job, result=result)
+
+    def _timed_run(self, jobs: list[_Job]) -> list:
+        t0 = time.perf_counter()
+        results = self._run([j.payload for j in jobs], jobs[0].params)
+        if len(results) != len(jobs):
+            raise RuntimeError(f"batched call returned {len(results)} results for {len(jobs)}")
+        if self._on_batch is not None:
+            self._on_batch(sum(j.size for j in jobs), len(jobs), time.perf_counter() - t0)
+        return results
+
+
+def _settle(job: _Job, *, result: Any = None, exc: BaseException | None = None) -> None:
+    # The client may have gone away (its future cancelled); nothing to deliver then.
+    if job.future.done():
+        return
+    if exc is not None:
+        job.future.set_exception(exc)
+    else:
+        job.future.set_result(result)

@@ -1,0 +1,218 @@
+"""`bertonnx export-triton`: an export folder -> a Triton Inference Server model repository.
+
+Writes REPO/NAME/config.pbtxt and REPO/NAME/1/model.onnx (plus external-data files, if the
+export has them) for Triton's onnxruntime backend, with dynamic batching on. Names, types and
+dims come from the graph itself, checked against the export contract: with
+`max_batch_size > 0` Triton's dims leave out the batch axis, so every `sequence` axis is -1 and
+every fixed axis (vocabulary, labels, hidden size) is its number.
+
+Reference: triton-inference-server/common protobuf/model_config.proto (ModelConfig,
+ModelInput, ModelOutput, ModelDynamicBatching, ModelInstanceGroup) and the server's
+docs/user_guide/model_configuration.md. The text written here is protobuf text format; the
+tests parse it with tritonclient's compiled model_config_pb2.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, OUTPUTS
+from .errors import ArtifactError, InputError
+from .manifest import Manifest
+
+# onnxruntime's type strings -> Triton's DataType enum names (model_config.proto).
+TRITON_TYPES = {
+    "tensor(float)": "TYPE_FP32",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(bool)": "TYPE_BOOL",
+}
+KINDS = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
+# Triton model names become URL path segments and folder names.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    name: str | None = None          # model name in the repository; default: the folder's name
+    max_batch_size: int = 32
+    instances: int = 1               # instance_group count: copies of the model per device
+    kind: str = "cpu"                # cpu | gpu
+    max_wait_ms: float = 5.0         # dynamic_batching max_queue_delay_microseconds / 1000
+    force: bool = False              # replace an existing REPO/NAME
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    data_type: str                   # Triton enum name, e.g. TYPE_INT64
+    dims: tuple[int, ...]            # without the batch axis; -1 = dynamic
+
+
+def graph_tensors(export_dir: Path, task: str) -> tuple[list[Tensor], list[Tensor]]:
+    """Inputs and outputs as Triton sees them, read from the graph and checked on the contract."""
+    from .session import create_session  # onnxruntime only when the command runs
+
+    session = create_session(export_dir / MODEL_NAME, optimization="disable").inner
+    contract_axes = {n: dict(INPUT_AXES) for n in INPUT_NAMES}
+    contract_axes.update({n: dict(ax) for n, ax in OUTPUTS[task]})
+
+    def convert(args, expected: tuple[str, ...], what: str) -> list[Tensor]:
+        names = tuple(a.name for a in args)
+        unknown = [n for n in names if n not in expected]
+        if unknown:
+            raise ArtifactError(f"the graph's {what} {unknown} are not in the export contract "
+                                f"for {task} ({', '.join(expected)})", "export the model again")
+        out = []
+        for a in args:
+            if a.type not in TRITON_TYPES:
+                raise ArtifactError(f"{what[:-1]} {a.name} has type {a.type}, which Triton's "
+                                    "onnxruntime backend cannot take", "export the model again")
+            axes = contract_axes[a.name]
+            if len(a.shape) < 1 + max(axes):
+                raise ArtifactError(f"{a.name} has rank {len(a.shape)}, the contract wants "
+                                    f"axes {dict(axes)}", "export the model again")
+            dims = []
+            for i, d in enumerate(a.shape[1:], start=1):
+                if i in axes:
+                    dims.append(-1)
+                elif isinstance(d, int) and d > 0:
+                    dims.append(d)
+                else:
+                    raise ArtifactError(f"{a.name} axis {i} is {d!r}: neither a contract "
+                                        "dynamic axis nor a fixed size", "export the model again")
+            out.append(Tensor(a.name, TRITON_TYPES[a.type], tuple(dims)))
+        return out
+
+    inputs = convert(session.get_inputs(), INPUT_NAMES, "inputs")
+    if not any(t.name == "input_ids" for t in inputs):
+        raise ArtifactError("the graph has no input_ids input", "export the model again")
+    outputs = convert(session.get_outputs(), tuple(n for n, _ in OUTPUTS[task]), "outputs")
+    return inputs, outputs
+
+
+def _tensor_block(field: str, tensors: list[Tensor]) -> str:
+    items = []
+    for t in tensors:
+        dims = ", ".join(str(d) for d in t.dims)
+        items.append(f'  {{\n    name: "{t.name}"\n    data_type: {t.data_type}\n'
+                     f'    dims: [ {dims} ]\n  }}')
+    return f"{field} [\n" + ",\n".join(items) + "\n]\n"
+
+
+def config_pbtxt(name: str, inputs: list[Tensor], outputs: list[Tensor],
+                 opts: TritonOptions) -> str:
+    """The model's config.pbtxt (protobuf text format of inference.ModelConfig)."""
+    delay_us = int(round(opts.max_wait_ms * 1000))
+    return (
+        f'name: "{name}"\n'
+        'backend: "onnxruntime"\n'
+        f"max_batch_size: {opts.max_batch_size}\n"
+        + _tensor_block("input", inputs)
+        + _tensor_block("output", outputs)
+        + "dynamic_batching {\n"
+        f"  max_queue_delay_microseconds: {delay_us}\n"
+        "}\n"
+        "instance_group [\n"
+        "  {\n"
+        f"    count: {opts.instances}\n"
+        f"    kind: {KINDS[opts.kind]}\n"
+        "  }\n"
+        "]\n"
+    )
+
+
+def _model_files(export_dir: Path, manifest: Manifest) -> list[str]:
+    """model.onnx and its external-data files (exports past 2 GB keep weights beside it)."""
+    files = [MODEL_NAME]
+    for rel in manifest.files:
+        p = Path(rel)
+        if rel != MODEL_NAME and (p.name.startswith(MODEL_NAME) or p.suffix == ".data"):
+            files.append(rel)
+    return files
+
+
+def write_repository(export_dir: str | Path, repository: str | Path,
+                  opts: TritonOptions = TritonOptions()) -> Path:
+    """Write REPO/NAME/{config.pbtxt, 1/model.onnx}; returns REPO/NAME."""
+    export_dir = Path(export_dir)
+    manifest = Manifest.read(export_dir, verify=True)
+    name = opts.name or export_dir.resolve().name
+    if not _NAME.match(name):
+        raise InputError(f"model name {name!r} is not a valid Triton model name",
+                         "use letters, digits, '.', '_' or '-' (pass --name)")
+    if opts.max_batch_size < 1:
+        raise InputError(f"max batch size must be ≥ 1, got {opts.max_batch_size}",
+                         "Triton's dynamic batching needs --max-batch-size 1 or more")
+    if opts.instances < 1:
+        raise InputError(f"instances must be ≥ 1, got {opts.instances}", "pass --instances 1+")
+    if opts.kind not in KINDS:
+        raise InputError(f"unknown instance kind {opts.kind!r}", "use --kind cpu or --kind gpu")
+    if opts.max_wait_ms < 0:
+        raise InputError(f"max wait must be ≥ 0 ms, got {opts.max_wait_ms}", "pass 0 or more")
+
+    inputs, outputs = graph_tensors(export_dir, manifest.task)
+    repo = Path(repository)
+    target = repo / name
+    if target.exists() and not opts.force:
+        raise InputError(f"{target} already exists", "pass --force to replace it")
+    repo.mkdir(parents=True, exist_ok=True)
+
+    # Build beside the target and rename into place: Triton polling the repository never
+    # sees a half-written model, and an interrupted run leaves only a dot-folder behind.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=repo))
+    try:
+        version = tmp / "1"
+        for rel in _model_files(export_dir, manifest):
+            dst = version / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(export_dir / rel, dst)
+        (tmp / "config.pbtxt").write_text(config_pbtxt(name, inputs, outputs, opts),
+                                          encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; Triton may run as another user
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{name}.old.", dir=repo))
+            target.rename(old / name)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+@click.command("export-triton")
+@click.argument("export_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--repository", "-r", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Triton model repository folder (created if missing).")
+@click.option("--name", default=None, help="Model name in the repository [default: DIR's name].")
+@click.option("--max-batch-size", default=32, show_default=True, type=int,
+              help="Largest batch Triton's dynamic batcher forms.")
+@click.option("--instances", default=1, show_default=True, type=int,
+              help="Model instances (instance_group count).")
+@click.option("--kind", type=click.Choice(sorted(KINDS)), default="cpu", show_default=True,
+              help="Where the instances run.")
+@click.option("--max-wait-ms", default=5.0, show_default=True, type=float,
+              help="Dynamic batching max queue delay.")
+@click.option("--force", is_flag=True, help="Replace an existing REPO/NAME.")
+def export_triton(export_dir, repository, name, max_batch_size, instances, kind,
+                          max_wait_ms, force):
+    """Write a Triton model repository entry (onnxruntime backend) for the export in DIR."""
+    target = write_repository(export_dir, repository, TritonOptions(
+        name=name, max_batch_size=max_batch_size, instances=instances, kind=kind,
+        max_wait_ms=max_wait_ms, force=force))
+    click.echo(str(target))
+
