@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -68,18 +69,25 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a HF checkpoint folder, by their HF names. Never unpickles code."""
     from safetensors.torch import load_file
 
+    def reason(e: Exception) -> str:  # torch's unpickling errors run to many lines
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+
     def load_bin(p: Path):
         try:
             return torch.load(p, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise ArtifactError(f"{p} holds pickled objects other than tensors; refused because "
+                                "unpickling them can run code",
+                                "re-save the checkpoint as safetensors from a trusted copy") from e
         except Exception as e:
-            raise ArtifactError(f"cannot read {p} ({type(e).__name__}: {e})",
+            raise ArtifactError(f"cannot read {p} ({reason(e)})",
                                 "re-save the checkpoint as safetensors") from e
 
     def load_st(p: Path):
         try:
             return load_file(p)
         except Exception as e:
-            raise ArtifactError(f"cannot read {p} ({type(e).__name__}: {e})",
+            raise ArtifactError(f"cannot read {p} ({reason(e)})",
                                 "the file is damaged or not safetensors; re-download it") from e
 
     for name, reader in (("model.safetensors", load_st), ("pytorch_model.bin", load_bin)):
@@ -87,7 +95,11 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
             return reader(folder / name)
         index = folder / f"{name}.index.json"
         if index.is_file():
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            try:
+                shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            except (ValueError, KeyError, AttributeError, TypeError) as e:
+                raise ArtifactError(f"{index} is not a shard index ({reason(e)})",
+                                    "restore the file from the original checkpoint") from e
             state = {}
             for shard in shards:
                 if not (folder / shard).is_file():

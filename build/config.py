@@ -71,17 +71,30 @@ class BertConfig:
     @classmethod
     def from_hf(cls, source: dict | str | Path) -> "BertConfig":
         """From a HF config dict, a config.json path, or a folder holding one."""
+        if isinstance(source, dict):
+            return cls._from_hf_dict(source)
+        path = Path(source)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise ArtifactError(f"no config.json at {path}",
+                                "point at a folder saved by save_pretrained")
+        try:
+            source = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
         if not isinstance(source, dict):
-            path = Path(source)
-            if path.is_dir():
-                path = path / "config.json"
-            if not path.is_file():
-                raise ArtifactError(f"no config.json at {path}",
-                                    "point at a folder saved by save_pretrained")
-            try:
-                source = json.loads(path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
+            raise ArtifactError(f"{path} does not hold a JSON object", "restore the file")
+        try:
+            return cls._from_hf_dict(source)
+        except ConfigError as e:  # name the file: the user has to edit or replace it
+            raise ConfigError(f"{path}: {e.problem}", e.fix) from e
+        except (TypeError, ValueError, AttributeError) as e:  # a field of the wrong JSON type
+            raise ConfigError(f"{path}: malformed field ({type(e).__name__}: {e})",
+                              "fix the field in config.json") from e
+
+    @classmethod
+    def _from_hf_dict(cls, source: dict) -> "BertConfig":
         model_type = source.get("model_type", "bert")
         if model_type != "bert":
             raise ConfigError(f"model_type {model_type!r} is not BERT",
