@@ -60,8 +60,30 @@ class Tensor:
     dims: tuple[int, ...]            # without the batch axis; -1 = dynamic
 
 
-def graph_tensors(export_dir: Path, task: str) -> tuple[list[Tensor], list[Tensor]]:
-    """Inputs and outputs as Triton sees them, read from the graph and checked on the contract."""
+# The one fixed (non-batch, non-sequence) axis of each task's output, and the config.json
+# field that sizes it. The exporter may leave it symbolic (a Reshape names it), so when the
+# graph does not say, the model's config does; when both say, they must agree.
+FIXED_AXIS = {
+    "fill-mask": (2, "vocab_size"),
+    "text-classification": (1, "num_labels"),
+    "token-classification": (2, "num_labels"),
+    "feature-extraction": (2, "hidden_size"),
+}
+
+
+def _config_size(config: dict, key: str) -> int | None:
+    if key == "num_labels" and config.get("id2label"):
+        return len(config["id2label"])
+    v = config.get(key)
+    return v if isinstance(v, int) and v > 0 else None
+
+
+def graph_tensors(export_dir: Path, task: str, config: dict | None = None
+                  ) -> tuple[list[Tensor], list[Tensor]]:
+    """Inputs and outputs as Triton sees them, read from the graph and checked on the contract.
+
+    `config` is the model config (the manifest's copy of config.json) for axes the graph
+    leaves symbolic."""
     from .session import create_session  # onnxruntime only when the command runs
 
     session = create_session(export_dir / MODEL_NAME, optimization="disable").inner
@@ -83,12 +105,21 @@ def graph_tensors(export_dir: Path, task: str) -> tuple[list[Tensor], list[Tenso
             if len(a.shape) < 1 + max(axes):
                 raise ArtifactError(f"{a.name} has rank {len(a.shape)}, the contract wants "
                                     f"axes {dict(axes)}", "export the model again")
+            fixed_axis, key = FIXED_AXIS.get(task, (None, None))
+            from_config = _config_size(config or {}, key) if key and what == "outputs" else None
             dims = []
             for i, d in enumerate(a.shape[1:], start=1):
+                graph_size = d if isinstance(d, int) and d > 0 else None
                 if i in axes:
                     dims.append(-1)
-                elif isinstance(d, int) and d > 0:
-                    dims.append(d)
+                elif i == fixed_axis and what == "outputs" and from_config is not None:
+                    if graph_size is not None and graph_size != from_config:
+                        raise ArtifactError(f"{a.name} axis {i} is {graph_size} in the graph but "
+                                            f"{key} = {from_config} in the config",
+                                            "export the model again")
+                    dims.append(from_config)
+                elif graph_size is not None:
+                    dims.append(graph_size)
                 else:
                     raise ArtifactError(f"{a.name} axis {i} is {d!r}: neither a contract "
                                         "dynamic axis nor a fixed size", "export the model again")
@@ -162,7 +193,7 @@ def write_repository(export_dir: str | Path, repository: str | Path,
     if opts.max_wait_ms < 0:
         raise InputError(f"max wait must be ≥ 0 ms, got {opts.max_wait_ms}", "pass 0 or more")
 
-    inputs, outputs = graph_tensors(export_dir, manifest.task)
+    inputs, outputs = graph_tensors(export_dir, manifest.task, manifest.config)
     repo = Path(repository)
     target = repo / name
     if target.exists() and not opts.force:
