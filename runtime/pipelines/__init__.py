@@ -1,0 +1,54 @@
+"""Task pipelines on an export folder, and `load(DIR)` which picks one by the manifest's task.
+
+    from bertonnx.runtime import load
+    fill = load("out/minilm-mlm")            # reads + verifies bertonnx.json, one ORT session
+    fill("Paris is the [MASK] of France.")   # → transformers-shaped result dicts
+
+Torch-free: imports numpy, onnxruntime and tokenizers only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError, TaskMismatchError
+from ..manifest import Manifest
+from ..session import create_session
+from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline
+from .feature_extraction import FeatureExtractionPipeline
+from .fill_mask import FillMaskPipeline
+from .question_answering import QuestionAnsweringPipeline
+from .text_classification import TextClassificationPipeline
+from .token_classification import TokenClassificationPipeline
+
+PIPELINES: dict[str, type[Pipeline]] = {p.task: p for p in (
+    FillMaskPipeline, TextClassificationPipeline, QuestionAnsweringPipeline,
+    TokenClassificationPipeline, FeatureExtractionPipeline)}
+# transformers' other names for the same tasks
+TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
+
+__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
+           "TextClassificationPipeline", "QuestionAnsweringPipeline",
+           "TokenClassificationPipeline", "FeatureExtractionPipeline"]
+
+
+def load(path: str | Path, *, task: str | None = None, providers=None,
+         threads: int | None = None, optimization: str = "all",
+         batch_size: int = DEFAULT_BATCH_SIZE) -> Pipeline:
+    """The pipeline for the export at `path`: manifest read and sha256-verified, one session.
+
+    `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers`
+    ("cpu", "cuda", "tensorrt" or onnxruntime names, a list or comma-separated) default to CPU.
+    """
+    if task is not None:
+        task = TASK_ALIASES.get(task, task)
+        if task not in PIPELINES:
+            raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(PIPELINES)}")
+    manifest = Manifest.read(path)
+    if task is not None and task != manifest.task:
+        raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
+                                f"export the model with --task {task}, or use the "
+                                f"{manifest.task} command")
+    folder = ExportFolder.read(path, manifest)
+    session = create_session(folder.model_path, providers=providers, threads=threads,
+                             optimization=optimization)
+    return PIPELINES[manifest.task](folder, session, batch_size=batch_size)

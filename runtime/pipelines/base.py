@@ -1,0 +1,208 @@
+"""What every pipeline shares: the export folder, tokenization limits, length-sorted batching.
+
+A pipeline is built from an `ExportFolder` (manifest verified, config.json, tokenizer) and a
+`Session` (runtime/session.py). Lists run through length-sorted micro-batches padded on the
+RIGHT only to the longest member — onnxruntime's fused Attention assumes right padding — and
+results are written back in input order.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Iterator
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from ..contract import MODEL_NAME, output_names
+from ..errors import ArtifactError, InputError
+from ..manifest import Manifest
+from ..postprocess import clean_up_tokenization
+from ..session import Session
+from ..tokenizer import WordPieceTokenizer, load_tokenizer
+
+log = logging.getLogger("bertonnx")
+
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class ExportFolder:
+    """An export folder read and checked: manifest (sha256 verified), config.json, tokenizer."""
+
+    path: Path
+    manifest: Manifest
+    config: dict
+    tokenizer: WordPieceTokenizer
+    tokenizer_config: dict
+
+    @classmethod
+    def read(cls, path: str | Path, manifest: Manifest | None = None) -> "ExportFolder":
+        path = Path(path)
+        manifest = manifest or Manifest.read(path)
+        config = _read_json(path / "config.json")
+        tok_cfg = _read_json(path / "tokenizer_config.json", required=False)
+        return cls(path, manifest, config, load_tokenizer(path), tok_cfg)
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL_NAME
+
+    @property
+    def max_length(self) -> int:
+        """Longest sequence the model takes: position table size, capped by the tokenizer's."""
+        limits = [self.config.get("max_position_embeddings"), self.tokenizer.model_max_length]
+        limits = [n for n in limits if isinstance(n, int) and n > 0]
+        return min(limits) if limits else 512
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        raw = self.config.get("id2label") or self.manifest.config.get("id2label") or {}
+        return {int(k): str(v) for k, v in raw.items()}
+
+
+def _read_json(path: Path, required: bool = True) -> dict:
+    if not path.is_file():
+        if required:
+            raise ArtifactError(f"{path} is missing from the export", "export the model again")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ArtifactError(f"{path} is not valid JSON ({e})", "export the model again") from e
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} is not a JSON object", "export the model again")
+    return data
+
+
+@dataclass
+class Batch:
+    """One right-padded micro-batch: rows are `index` into the caller's list."""
+
+    index: np.ndarray            # (B,) positions in the input list
+    input_ids: np.ndarray        # (B, T) int64
+    attention_mask: np.ndarray   # (B, T) int64
+    token_type_ids: np.ndarray   # (B, T) int64
+    lengths: np.ndarray          # (B,)
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "token_type_ids": self.token_type_ids}
+
+
+def micro_batches(encodings: list, batch_size: int, pad_id: int) -> Iterator[Batch]:
+    """Length-sorted micro-batches of `encodings` (anything with .ids and .type_ids)."""
+    if batch_size < 1:
+        raise InputError(f"batch_size must be ≥ 1, got {batch_size}", "pass a positive batch size")
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    order = np.argsort(lengths, kind="stable")
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo:lo + batch_size]
+        lens = lengths[idx]
+        T = int(lens.max())
+        ids = np.full((len(idx), T), pad_id, dtype=np.int64)
+        types = np.zeros((len(idx), T), dtype=np.int64)
+        for row, i in enumerate(idx):  # one copy per row; the tokens stay in C
+            ids[row, :lens[row]] = encodings[i].ids
+            types[row, :lens[row]] = encodings[i].type_ids
+        mask = (np.arange(T)[None, :] < lens[:, None]).astype(np.int64)
+        yield Batch(idx, ids, mask, types, lens)
+
+
+class Pipeline:
+    """Base: holds the session and tokenizer; subclasses implement `__call__`."""
+
+    task: ClassVar[str]
+
+    def __init__(self, folder: ExportFolder, session: Session,
+                 batch_size: int = DEFAULT_BATCH_SIZE):
+        self.folder = folder
+        self.session = session
+        self.tokenizer = folder.tokenizer
+        self.batch_size = batch_size
+        self.outputs = output_names(self.task)
+        missing = [n for n in self.outputs if n not in session.output_names]
+        if missing:
+            raise ArtifactError(f"{folder.model_path} lacks the {self.task} outputs {missing}",
+                                "export the model again for this task")
+        self._backends: dict[tuple, Tokenizer] = {}
+        self._lock = threading.Lock()
+        self._cleanup = bool(folder.tokenizer_config.get("clean_up_tokenization_spaces", True))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.folder.path)!r}, providers={self.session.providers})"
+
+    @property
+    def max_length(self) -> int:
+        return self.folder.max_length
+
+    # -- tokenization ------------------------------------------------------------------
+
+    def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first"
+                ) -> Tokenizer:
+        """A copy of the tokenizer with truncation set, one per setting, shared by calls.
+
+        The shared tokenizer is never mutated (the server calls pipelines from threads).
+        """
+        key = (max_length, stride, strategy)
+        with self._lock:
+            tok = self._backends.get(key)
+            if tok is None:
+                tok = Tokenizer.from_str(self.tokenizer.backend.to_str())
+                tok.no_padding()
+                tok.enable_truncation(max_length, stride=stride, strategy=strategy)
+                self._backends[key] = tok
+        return tok
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list:
+        """Encode with truncation to the model's length, warning once when anything was cut."""
+        batch = texts if pairs is None else list(zip(texts, pairs))
+        encs = self.backend(self.max_length).encode_batch(batch)
+        cut = sum(1 for e in encs if e.overflowing)
+        if cut:
+            log.warning("%d of %d input(s) were longer than the model's %d tokens and were "
+                        "truncated", cut, len(encs), self.max_length)
+        return encs
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        text = self.tokenizer.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self._cleanup else text
+
+    def decode_batch(self, seqs: list, skip_special_tokens: bool = True) -> list[str]:
+        out = self.tokenizer.backend.decode_batch([list(map(int, s)) for s in seqs],
+                                                  skip_special_tokens=skip_special_tokens)
+        return [clean_up_tokenization(t) for t in out] if self._cleanup else out
+
+    def tokens_to_string(self, tokens: list[str]) -> str:
+        """transformers' convert_tokens_to_string for a fast BERT tokenizer: the decoder."""
+        return self.tokenizer.backend.decoder.decode(tokens)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, encodings: list, batch_size: int | None = None
+            ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+        for batch in micro_batches(encodings, batch_size or self.batch_size,
+                                   self.tokenizer.pad_token_id):
+            yield batch, self.session.run(batch.feeds(), self.outputs)
+
+
+def as_text_list(inputs, what: str = "text") -> tuple[list[str], bool]:
+    """(texts, was_single); every text a non-empty str."""
+    single = isinstance(inputs, str)
+    texts = [inputs] if single else inputs
+    if not isinstance(texts, (list, tuple)):
+        raise InputError(f"expected a string or a list of strings, got {type(inputs).__name__}",
+                         f"pass the {what} as a str or list[str]")
+    for i, t in enumerate(texts):
+        check_text(t, what if single else f"{what} #{i}")
+    return list(texts), single
+
+
+def check_text(text, what: str = "text") -> None:
+    if not isinstance(text, str):
+        raise InputError(f"{what} is a {type(text).__name__}, not a string", "pass text")
+    if not text.strip():
+        raise InputError(f"{what} is empty", "pass some text")

@@ -1,0 +1,105 @@
+"""fill-mask: transformers 4.57 FillMaskPipeline semantics on onnxruntime.
+
+Arguments top_k (5) and targets (str or list; a target outside the vocabulary is replaced by
+its first word piece, with a warning); results {score, token, token_str, sequence}; several
+masks in one text give one list per mask (other masks kept visible in `sequence`).
+Deliberate differences: a list of one text gives a list of one result (transformers unwraps
+it); texts longer than the model are truncated with a warning instead of failing.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..errors import InputError
+from ..postprocess import mask_probabilities, topk
+from .base import Pipeline, as_text_list
+
+log = logging.getLogger("bertonnx")
+
+
+class FillMaskPipeline(Pipeline):
+    task = "fill-mask"
+
+    def target_ids(self, targets) -> np.ndarray:
+        if isinstance(targets, str):
+            targets = [targets]
+        ids = []
+        for t in targets:
+            i = self.tokenizer.token_to_id(t)
+            if i is None:
+                pieces = self.tokenizer.backend.encode(t, add_special_tokens=False).ids
+                if not pieces:
+                    log.warning("target %r has no token in the vocabulary; ignored", t)
+                    continue
+                i = pieces[0]
+                log.warning("target %r is not in the vocabulary; using %r", t,
+                            self.tokenizer.id_to_token(i))
+            ids.append(i)
+        if not ids:
+            raise InputError("none of the targets maps to a vocabulary token",
+                             "pass targets that are words of the model's vocabulary")
+        return np.array(sorted(set(ids)), dtype=np.int64)
+
+    def __call__(self, inputs, top_k: int = 5, targets=None, batch_size: int | None = None):
+        mask_id = self.tokenizer.mask_token_id
+        if mask_id is None:
+            raise InputError("this tokenizer defines no mask token", "use a fill-mask export")
+        if not isinstance(top_k, int) or top_k < 1:
+            raise InputError(f"top_k must be a positive integer, got {top_k!r}", "pass top_k ≥ 1")
+        texts, single = as_text_list(inputs)
+        mask_tok = self.tokenizer.mask_token
+        for i, t in enumerate(texts):
+            if mask_tok not in t:
+                where = "the text" if single else f"text #{i}"
+                raise InputError(f"no mask token {mask_tok} in {where}: {t[:60]!r}",
+                                 f"put {mask_tok} where the word to predict goes")
+        tids = None if targets is None else self.target_ids(targets)
+        k = top_k if tids is None else min(top_k, len(tids))
+        encs = self.encode(texts)
+        results: list = [None] * len(texts)
+        for batch, out in self.run(encs, batch_size):
+            rows, cols = np.nonzero(batch.input_ids == mask_id)          # (M,), (M,)
+            for r in np.setdiff1d(np.arange(len(batch.index)), rows):
+                i = int(batch.index[r])
+                if encs[i].overflowing:
+                    raise InputError(f"the mask token of text #{i} lies beyond the model's "
+                                     f"{self.max_length} tokens and was truncated away",
+                                     "shorten the text or move the mask nearer its start")
+                raise InputError(f"text #{i} has no {self.tokenizer.mask_token} token after "
+                                 "tokenization", f"write the mask exactly as {mask_tok}")
+            probs = mask_probabilities(out["logits"][rows, cols], tids)  # (M, V or targets)
+            vals, idx = topk(probs, k)
+            preds = idx if tids is None else tids[idx]                    # (M, k) token ids
+            self._emit(batch, rows, cols, vals, preds, results)
+        return results[0] if single else results
+
+    def _emit(self, batch, rows, cols, vals, preds, results) -> None:
+        """Build result dicts: sequences decoded in one batch call, one dict per proposal."""
+        M, k = preds.shape
+        n_masks = np.bincount(rows, minlength=len(batch.index))
+        seqs = []
+        for m in range(M):
+            r = rows[m]
+            base = batch.input_ids[r, :batch.lengths[r]]
+            filled = np.repeat(base[None], k, axis=0)
+            filled[:, cols[m]] = preds[m]
+            seqs.extend(filled)
+        # transformers skips special tokens only with one mask, so other masks stay visible
+        single_mask = np.repeat(n_masks[rows] == 1, k)
+        texts = [None] * len(seqs)
+        for flag in (True, False):
+            sel = np.flatnonzero(single_mask == flag)
+            if len(sel):
+                for j, t in zip(sel, self.decode_batch([seqs[j] for j in sel], flag)):
+                    texts[j] = t
+        token_strs = self.decode_batch([[int(p)] for p in preds.reshape(-1)], False)
+        per_row: dict[int, list] = {}
+        for m in range(M):
+            props = [{"score": float(vals[m, j]), "token": int(preds[m, j]),
+                      "token_str": token_strs[m * k + j], "sequence": texts[m * k + j]}
+                     for j in range(k)]
+            per_row.setdefault(int(rows[m]), []).append(props)
+        for r, lists in per_row.items():
+            results[batch.index[r]] = lists[0] if len(lists) == 1 else lists

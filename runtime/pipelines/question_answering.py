@@ -1,0 +1,201 @@
+"""question-answering: transformers 4.57 QuestionAnsweringPipeline semantics on onnxruntime.
+
+Arguments: question/context (str, or lists), or one dict / a list of {"question", "context"}
+dicts; top_k (1), doc_stride (min(max_seq_len // 2, 128)), max_answer_len (15), max_seq_len
+(min(model max, 384)), max_question_len (64), handle_impossible_answer (False), align_to_words
+(True). A long context is split into windows of max_seq_len tokens overlapping by doc_stride
+(the tokenizers library's own overflow, as transformers uses); each window is softmax-normalised
+on its own, spans score P(start)·P(end), answers carry character offsets into the original
+context, and answers with the same text (case-insensitive) are merged by adding their scores.
+
+Where bertonnx deliberately differs from transformers 4.57, and why:
+- top_k answers whenever the context holds that many distinct valid spans. transformers takes a
+  fixed pool per window (2·top_k + 10) before merging duplicates (its fix for issues 26286 and
+  38984) and may still come up short; we start from the same pool — so results are identical
+  whenever its pool suffices — and widen it only when merging left fewer than top_k answers.
+- Spans that end before they start, or start on [CLS], are never candidates. transformers'
+  `decode_spans` can return them with score 0 when a context has fewer spans than the pool.
+- top_k=1 returns a dict and top_k>1 a list, always (transformers returns a dict whenever one
+  answer is left); a list of inputs returns a list, even of one.
+- A question longer than max_question_len tokens is an error: transformers' fast path ignores
+  max_question_len and its slow path truncates the question silently.
+- max_seq_len above the model's limit and doc_stride ≥ the context room of a window are clear
+  errors (transformers fails inside onnx/torch or panics in the tokenizer).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from ..postprocess import qa_best_spans, qa_probabilities, valid_span_counts, word_char_spans
+from .base import Pipeline, check_text
+
+
+class QuestionAnsweringPipeline(Pipeline):
+    task = "question-answering"
+
+    @staticmethod
+    def _examples(args, question, context) -> tuple[list[tuple[str, str]], bool]:
+        """Normalise every accepted call form to [(question, context)], single?"""
+        if args:
+            if question is not None or context is not None:
+                raise InputError("pass the inputs either positionally or as question=/context=",
+                                 "not both")
+            if len(args) == 2 and all(isinstance(a, str) for a in args):
+                question, context = args
+            elif len(args) == 1:
+                items, single = args[0], isinstance(args[0], dict)
+                items = [items] if single else items
+                if not isinstance(items, (list, tuple)):
+                    raise InputError(f"cannot answer from a {type(args[0]).__name__}",
+                                     'pass {"question": ..., "context": ...} or a list of them')
+                pairs = []
+                for i, it in enumerate(items):
+                    if not isinstance(it, dict) or "question" not in it or "context" not in it:
+                        raise InputError(f"input #{i} is not a {{question, context}} dict",
+                                         'pass {"question": ..., "context": ...}')
+                    pairs.append((it["question"], it["context"]))
+                return pairs, single
+            else:
+                raise InputError("cannot understand the positional arguments",
+                                 "pass question=... and context=...")
+        if question is None or context is None:
+            raise InputError("both a question and a context are needed",
+                             "pass question=... and context=...")
+        if isinstance(question, str) and isinstance(context, str):
+            return [(question, context)], True
+        if isinstance(question, list) and isinstance(context, str):
+            return [(q, context) for q in question], False
+        if isinstance(question, list) and isinstance(context, list):
+            if len(question) != len(context):
+                raise InputError(f"{len(question)} questions but {len(context)} contexts",
+                                 "pass one context per question")
+            return list(zip(question, context)), False
+        raise InputError("question and context must be strings or lists of strings",
+                         "pass question=str|list, context=str|list")
+
+    def __call__(self, *args, question=None, context=None, top_k: int = 1,
+                 doc_stride: int | None = None, max_answer_len: int = 15,
+                 max_seq_len: int | None = None, max_question_len: int = 64,
+                 handle_impossible_answer: bool = False, align_to_words: bool = True,
+                 batch_size: int | None = None):
+        examples, single = self._examples(args, question, context)
+        for name, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
+                        ("max_question_len", max_question_len)):
+            if not isinstance(v, int) or v < 1:
+                raise InputError(f"{name} must be a positive integer, got {v!r}",
+                                 f"pass {name} ≥ 1")
+        for i, (q, c) in enumerate(examples):
+            where = "" if single else f" of input #{i}"
+            check_text(q, f"the question{where}")
+            check_text(c, f"the context{where}")
+        if max_seq_len is None:
+            max_seq_len = min(self.max_length, 384)
+        if max_seq_len > self.max_length:
+            raise InputError(f"max_seq_len {max_seq_len} exceeds the model's {self.max_length} "
+                             "tokens", f"pass max_seq_len ≤ {self.max_length}")
+        if doc_stride is None:
+            doc_stride = min(max_seq_len // 2, 128)
+        if not isinstance(doc_stride, int) or doc_stride < 0:
+            raise InputError(f"doc_stride must be a non-negative integer, got {doc_stride!r}",
+                             "pass e.g. doc_stride=128")
+        windows, owner = self._windows(examples, max_seq_len, doc_stride, max_question_len,
+                                       single)
+        starts: list = [None] * len(windows)
+        ends: list = [None] * len(windows)
+        for batch, out in self.run(windows, batch_size):
+            for row, w in enumerate(batch.index):
+                n = batch.lengths[row]
+                starts[w] = out["start_logits"][row, :n]
+                ends[w] = out["end_logits"][row, :n]
+        results = []
+        bounds = np.searchsorted(owner, np.arange(len(examples) + 1))
+        for ex, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+            results.append(self._answers(
+                examples[ex][1], windows[lo:hi], starts[lo:hi], ends[lo:hi], top_k,
+                max_answer_len, handle_impossible_answer, align_to_words))
+        return results[0] if single else results
+
+    def _windows(self, examples, max_seq_len, doc_stride, max_question_len, single):
+        """All windows of all examples, in example order, and each window's example index."""
+        q_lens = [len(e.ids) for e in self.tokenizer.backend.encode_batch(
+            [q for q, _ in examples], add_special_tokens=False)]
+        for i, n in enumerate(q_lens):
+            where = "the question" if single else f"the question of input #{i}"
+            if n > max_question_len:
+                raise InputError(f"{where} has {n} tokens, more than max_question_len="
+                                 f"{max_question_len}",
+                                 "shorten the question or raise max_question_len")
+            room = max_seq_len - n - 3   # [CLS] q [SEP] c [SEP]
+            if room < 1:
+                raise InputError(f"{where} ({n} tokens) leaves no room for the context in "
+                                 f"max_seq_len={max_seq_len}", "shorten the question")
+            if doc_stride >= room:
+                raise InputError(f"doc_stride={doc_stride} must be smaller than the {room} "
+                                 f"context tokens a window holds next to {where}",
+                                 "lower doc_stride or raise max_seq_len")
+        encs = self.backend(max_seq_len, doc_stride, "only_second").encode_batch(examples)
+        windows, owner = [], []
+        for i, e in enumerate(encs):
+            for w in [e, *e.overflowing]:
+                windows.append(w)
+                owner.append(i)
+        return windows, np.asarray(owner, dtype=np.int64)
+
+    def _answers(self, context_text, windows, start_logits, end_logits, top_k, max_answer_len,
+                 handle_impossible, align_to_words):
+        W, T = len(windows), max(len(w.ids) for w in windows)
+        ids = np.full((W, T), -1, dtype=np.int64)
+        types = np.zeros((W, T), dtype=np.int64)
+        special = np.ones((W, T), dtype=bool)
+        words = np.full((W, T), np.nan)
+        offsets = np.zeros((W, T, 2), dtype=np.int64)
+        S = np.zeros((W, T), dtype=np.float32)
+        E = np.zeros((W, T), dtype=np.float32)
+        for w, enc in enumerate(windows):  # one copy per window; tokens stay in numpy
+            n = len(enc.ids)
+            ids[w, :n], types[w, :n], special[w, :n] = enc.ids, enc.type_ids, enc.special_tokens_mask
+            words[w, :n] = np.array(enc.word_ids, dtype=np.float64)
+            offsets[w, :n] = np.array(enc.offsets, dtype=np.int64).reshape(n, 2)
+            S[w, :n], E[w, :n] = start_logits[w], end_logits[w]
+        context = (types == 1) & ~special           # the context's own tokens
+        if not context.any():
+            raise InputError("the context has no text the tokenizer keeps", "pass a real context")
+        # transformers keeps [CLS] in the softmax (p_mask 0) but never as an answer end
+        allowed = context | (ids == self.tokenizer.cls_token_id)
+        start, end, null = qa_probabilities(S, E, allowed)
+        if align_to_words:
+            word_start, word_end = word_char_spans(np.nan_to_num(words, nan=-1).astype(np.int64),
+                                                   offsets, context)
+        else:
+            word_start, word_end = offsets[..., 0], offsets[..., 1]
+        per_window = valid_span_counts(context, max_answer_len)
+        k = top_k * 2 + 10 if align_to_words else top_k
+        want = top_k - (1 if handle_impossible else 0)
+        while True:
+            win, s, e, scores = qa_best_spans(start, end, context, max_answer_len, k)
+            answers = _merge(context_text, word_start[win, s], word_end[win, e], scores)
+            if len(answers) >= want or k >= per_window.max():
+                break
+            k *= 2   # duplicates ate the pool: look deeper (transformers stops here)
+        if handle_impossible:
+            answers.append({"score": float(null.min()), "start": 0, "end": 0, "answer": ""})
+        answers.sort(key=lambda a: a["score"], reverse=True)
+        answers = answers[:top_k]
+        return answers[0] if top_k == 1 else answers
+
+
+def _merge(text: str, char_starts, char_ends, scores) -> list[dict]:
+    """Candidates in visiting order → answers; the same text (any case) adds its score to the
+    first occurrence, which keeps its offsets (transformers' get_answer)."""
+    answers: list[dict] = []
+    seen: dict[str, dict] = {}
+    for cs, ce, sc in zip(char_starts.tolist(), char_ends.tolist(), scores.tolist()):
+        ans = text[cs:ce]
+        key = ans.lower()
+        if key in seen:
+            seen[key]["score"] += sc
+        else:
+            seen[key] = {"score": sc, "start": cs, "end": ce, "answer": ans}
+            answers.append(seen[key])
+    return answers

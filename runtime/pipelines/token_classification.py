@@ -1,0 +1,130 @@
+"""token-classification: transformers 4.57 TokenClassificationPipeline semantics on onnxruntime.
+
+aggregation_strategy none → one {entity, score, index, word, start, end} per token;
+simple/first/average/max → {entity_group, score, word, start, end}, grouped as transformers
+does (B-/I- tags; first/average/max first force one label per word). ignore_labels defaults to
+["O"]. stride: windows overlapping by that many tokens, merged as transformers merges them.
+Deliberate difference: a text longer than the model is windowed (stride
+min(room // 2, 128) unless given) instead of silently truncated, for every strategy including
+"none", where `index` then counts tokens in the whole text ([CLS] = 0) as it does for short ones.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from ..postprocess import (AGGREGATIONS, aggregate_words, entity_groups, group_means,
+                           merge_overlapping, softmax, word_groups)
+from .base import Pipeline, as_text_list
+
+
+def _tag(label: str) -> tuple[bool, str]:
+    """(is B-, tag) as transformers' get_tag: B-X and I-X share tag X; others are their own."""
+    if label.startswith("B-"):
+        return True, label[2:]
+    if label.startswith("I-"):
+        return False, label[2:]
+    return False, label
+
+
+class TokenClassificationPipeline(Pipeline):
+    task = "token-classification"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        id2label = self.folder.id2label
+        n = max(id2label) + 1 if id2label else 0
+        self.labels = [id2label.get(i, f"LABEL_{i}") for i in range(n)]
+        tags = [_tag(lab) for lab in self.labels]
+        names = sorted({t for _, t in tags})
+        self._is_begin = np.array([b for b, _ in tags], dtype=bool)
+        self._tag_ids = np.array([names.index(t) for _, t in tags], dtype=np.int64)
+        # the group's name: transformers splits at the first "-" whatever the prefix
+        self._group_names = [lab.split("-", 1)[-1] for lab in self.labels]
+
+    def __call__(self, inputs, aggregation_strategy: str = "none", ignore_labels=None,
+                 stride: int | None = None, batch_size: int | None = None):
+        strategy = str(aggregation_strategy).lower()
+        if strategy not in AGGREGATIONS:
+            raise InputError(f"unknown aggregation_strategy {aggregation_strategy!r}",
+                             f"use one of {', '.join(AGGREGATIONS)}")
+        ignore = {"O"} if ignore_labels is None else set(ignore_labels)
+        texts, single = as_text_list(inputs)
+        room = self.max_length - 2
+        if stride is None:
+            stride = min(room // 2, 128)
+        if not isinstance(stride, int) or not 0 <= stride < room:
+            raise InputError(f"stride must be an integer in [0, {room}), got {stride!r}",
+                             "lower the stride")
+        encs = self.backend(self.max_length, stride).encode_batch(texts)
+        windows, owner, first_token = [], [], []
+        for i, e in enumerate(encs):
+            for j, w in enumerate([e, *e.overflowing]):
+                windows.append(w)
+                owner.append(i)
+                first_token.append(j * (room - stride))
+        probs: list = [None] * len(windows)
+        for batch, out in self.run(windows, batch_size):
+            p = softmax(out["logits"])
+            for row, w in enumerate(batch.index):
+                probs[w] = p[row, :batch.lengths[row]]
+        per_text: list[list] = [[] for _ in texts]
+        n_windows = np.bincount(owner, minlength=len(texts))
+        for w, enc in enumerate(windows):
+            per_text[owner[w]].append(self._window_entities(
+                texts[owner[w]], enc, probs[w], strategy, ignore, first_token[w]))
+        results = [self._merge_windows(ents, n) for ents, n in zip(per_text, n_windows)]
+        return results[0] if single else results
+
+    def _window_entities(self, text, enc, probs, strategy, ignore, first_token) -> list[dict]:
+        keep = np.flatnonzero(~np.asarray(enc.special_tokens_mask, dtype=bool))
+        if len(keep) == 0:
+            return []
+        scores = probs[keep]                                               # (N, L)
+        ids = np.asarray(enc.ids)[keep]
+        off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[keep]
+        tokens = [enc.tokens[i] for i in keep]
+        # a sub-word's token text is longer than its span ("##ing" vs "ing"), as transformers tests
+        tok_len = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+        is_subword = tok_len != (off[:, 1] - off[:, 0])
+        unk = ids == self.tokenizer.unk_token_id
+        is_subword[unk] = False
+        for i in np.flatnonzero(unk):  # [UNK] shows the text it stands for
+            tokens[i] = text[off[i, 0]:off[i, 1]]
+        if strategy in ("none", "simple"):
+            labels = scores.argmax(-1)
+            best = scores[np.arange(len(labels)), labels]
+            if strategy == "none":
+                return [{"entity": self.labels[lab], "score": float(s), "index": int(k + first_token),
+                         "word": tok, "start": int(a), "end": int(b)}
+                        for lab, s, k, tok, (a, b) in zip(labels, best, keep, tokens, off)
+                        if self.labels[lab] not in ignore]
+            words, starts, ends = tokens, off[:, 0], off[:, 1]
+        else:
+            w0 = word_groups(is_subword)
+            w1 = np.r_[w0[1:], len(tokens)]
+            labels, best = aggregate_words(scores, w0, strategy)
+            words = [self.tokens_to_string(tokens[a:b]) for a, b in zip(w0, w1)]
+            starts, ends = off[w0, 0], off[w1 - 1, 1]
+        g0 = entity_groups(labels, self._is_begin, self._tag_ids)
+        g1 = np.r_[g0[1:], len(labels)]
+        means = group_means(best.astype(np.float64), g0)
+        out = []
+        for a, b, s in zip(g0, g1, means):
+            name = self._group_names[labels[a]]
+            if name in ignore:
+                continue
+            out.append({"entity_group": name, "score": float(s),
+                        "word": self.tokens_to_string(words[a:b]),
+                        "start": int(starts[a]), "end": int(ends[b - 1])})
+        return out
+
+    @staticmethod
+    def _merge_windows(per_window: list[list[dict]], n_windows: int) -> list[dict]:
+        ents = [e for win in per_window for e in win]
+        if n_windows <= 1 or not ents:
+            return ents
+        keep = merge_overlapping(np.array([e["start"] for e in ents]),
+                                 np.array([e["end"] for e in ents]),
+                                 np.array([e["score"] for e in ents]))
+        return [ents[i] for i in keep]

@@ -1,0 +1,120 @@
+"""The one onnxruntime session factory: providers, threads, graph optimisation level, feeds.
+
+Every pipeline (and the server) gets its `Session` from `create_session`, so provider choice,
+thread count and optimisation level are decided in one place. The session feeds only the
+inputs the graph declares — a fused graph may have dropped `token_type_ids` — as int64, and
+returns outputs by the contract's names as float32 (fp16 graphs are widened for numpy
+post-processing). Reference: onnxruntime's `InferenceSession` / `SessionOptions` API.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import ArtifactError, ConfigError
+
+# Short names users type (CLI `--providers cuda,cpu`) -> onnxruntime provider names.
+PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+}
+OPTIMIZATION_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def resolve_providers(providers: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """Map user names to onnxruntime providers; CPU by default, CPU always kept as fallback.
+
+    Asking for a provider this onnxruntime build lacks is an error, not a silent CPU run: the
+    user asked for a GPU and would otherwise measure the wrong thing.
+    """
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    if isinstance(providers, str):
+        providers = [p for p in providers.split(",") if p.strip()]
+    available = ort.get_available_providers()
+    resolved = []
+    for p in providers:
+        name = PROVIDER_ALIASES.get(p.strip().lower(), p.strip())
+        if name not in available:
+            raise ConfigError(
+                f"execution provider {p!r} is not available in this onnxruntime "
+                f"(available: {', '.join(available)})",
+                "install onnxruntime-gpu for cuda/tensorrt, or use --providers cpu")
+        if name not in resolved:
+            resolved.append(name)
+    if "CPUExecutionProvider" not in resolved:
+        resolved.append("CPUExecutionProvider")
+    return resolved
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    threads: int | None = None          # intra-op threads; None = onnxruntime's default
+    optimization: str = "all"           # disable | basic | extended | all
+
+
+class Session:
+    """An `InferenceSession` that knows which inputs its graph takes."""
+
+    def __init__(self, inner: ort.InferenceSession, config: SessionConfig):
+        self.inner = inner
+        self.config = config
+        self.input_names = tuple(i.name for i in inner.get_inputs())
+        self.output_names = tuple(o.name for o in inner.get_outputs())
+
+    @property
+    def providers(self) -> list[str]:
+        return self.inner.get_providers()
+
+    def run(self, feeds: dict[str, np.ndarray], outputs: tuple[str, ...] | None = None
+            ) -> dict[str, np.ndarray]:
+        """Run on int64 feeds, dropping those the graph does not declare; float32 outputs."""
+        feed = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in feeds.items()
+                if k in self.input_names}
+        missing = [n for n in self.input_names if n not in feed]
+        if missing:
+            raise ArtifactError(f"the graph wants inputs {missing} the runtime does not make",
+                                "export the model again with `bertonnx export`")
+        names = list(outputs or self.output_names)
+        values = self.inner.run(names, feed)
+        return {n: (v if v.dtype == np.float32 else v.astype(np.float32))
+                for n, v in zip(names, values)}
+
+
+def create_session(model_path: str | Path, *, providers=None, threads: int | None = None,
+                   optimization: str = "all") -> Session:
+    """The only place an `InferenceSession` is made."""
+    path = Path(model_path)
+    if not path.is_file():
+        raise ArtifactError(f"{path} does not exist", "export the model with `bertonnx export`")
+    if optimization not in OPTIMIZATION_LEVELS:
+        raise ConfigError(f"unknown graph optimisation level {optimization!r}",
+                          f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
+    if threads is not None and (not isinstance(threads, int) or threads < 0):
+        raise ConfigError(f"threads must be a non-negative integer, got {threads!r}",
+                          "pass e.g. --threads 4 (0 = onnxruntime's default)")
+    config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
+    if threads:
+        opts.intra_op_num_threads = threads
+        # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
+        opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
+    try:
+        inner = ort.InferenceSession(str(path), sess_options=opts, providers=list(config.providers))
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
+        raise ArtifactError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:200]})",
+                            "export the model again") from e
+    return Session(inner, config)
