@@ -41,7 +41,8 @@ from .manifest import Manifest
 log = logging.getLogger("bertonnx.serve")
 
 # Parameters a request may not set: the server decides batching, the inputs live in "inputs".
-_RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_size"}
+_RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_size",
+             "return_tensors"}  # numpy arrays mean nothing in JSON
 # Tasks whose pipeline takes text pairs as {"text", "text_pair"} objects.
 _PAIR_TASKS = {"text-classification"}
 
@@ -176,6 +177,13 @@ def _is_text_input(task: str, x: Any) -> bool:
     return False
 
 
+def _is_list_item(task: str, x: Any) -> bool:
+    # A [text, text_pair] list is a pair inside a list of inputs, as the pipeline reads it.
+    if task in _PAIR_TASKS and isinstance(x, list):
+        return len(x) == 2 and all(isinstance(v, str) for v in x)
+    return _is_text_input(task, x)
+
+
 def _shape_hint(task: str) -> str:
     if task == "question-answering":
         return 'send {"question": "...", "context": "..."} or a list of such objects'
@@ -220,7 +228,7 @@ def parse_request(task: str, body: bytes, allowed: frozenset[str] | None) -> Par
     if isinstance(inputs, list):
         if not inputs:
             raise ClientError(400, '"inputs" is an empty list; ' + _shape_hint(task))
-        bad = [i for i, x in enumerate(inputs) if not _is_text_input(task, x)]
+        bad = [i for i, x in enumerate(inputs) if not _is_list_item(task, x)]
         if bad:
             raise ClientError(400, f'"inputs" item {bad[0]} has the wrong shape for {task}; '
                                    + _shape_hint(task))
@@ -253,10 +261,10 @@ def allowed_parameters(pipeline) -> frozenset[str] | None:
 class PipelineRunner:
     """Runs a group of requests (same parameters) as ONE pipeline call and splits the answer.
 
-    Each request's answer must equal `pipeline(request.inputs, **params)`. The pipelines keep
-    transformers' return shapes, which differ between a single input and a list; a group of
-    one request is therefore passed through untouched, and a merged group is re-shaped per
-    request by `_as_single` / `_as_list`.
+    Each request's answer must equal `pipeline(request.inputs, **params)`. A list in gives a
+    list out (even of one), so a list request takes its slice of the merged answer; a single
+    input's answer is its element, re-shaped by `_as_single` where the pipeline keeps a
+    transformers quirk. A group of one request is passed through untouched.
     """
 
     def __init__(self, pipeline):
@@ -265,25 +273,21 @@ class PipelineRunner:
 
     def __call__(self, requests: list[Parsed], params: dict) -> list:
         if len(requests) == 1:
-            return [self.pipeline(self._call_form(requests[0].inputs), **params)]
+            return [self.pipeline(requests[0].inputs, **params)]
         flat, spans = [], []
         for r in requests:
             items = [r.inputs] if r.single else list(r.inputs)
             spans.append((len(flat), len(items)))
             flat.extend(items)
-        out = self.pipeline([self._call_form(x) for x in flat], **params)
+        out = self.pipeline(flat, **params)
         if not isinstance(out, list) or len(out) != len(flat):
             raise RuntimeError(f"pipeline returned {type(out).__name__} of "
                                f"{len(out) if isinstance(out, list) else '?'} for {len(flat)} inputs")
         results = []
         for r, (start, n) in zip(requests, spans):
             part = out[start:start + n]
-            results.append(self._as_single(r.inputs, part[0], params) if r.single
-                           else self._as_list(part))
+            results.append(self._as_single(r.inputs, part[0], params) if r.single else part)
         return results
-
-    def _call_form(self, x):
-        return x
 
     def _as_single(self, x, result, params: dict):
         # transformers' text-classification wraps a lone text's answer in a list unless top_k
@@ -291,12 +295,6 @@ class PipelineRunner:
         if self.task == "text-classification" and isinstance(x, str) and "top_k" not in params:
             return [result]
         return result
-
-    def _as_list(self, part: list):
-        # fill-mask and question-answering unwrap a list of one (transformers does the same).
-        if len(part) == 1 and self.task in ("fill-mask", "question-answering"):
-            return part[0]
-        return part
 
 
 def _jsonable(o):
@@ -322,7 +320,7 @@ class _State:
     allowed: frozenset[str] | None = None
     batcher: DynamicBatcher | None = None
     load_error: str | None = None
-    loader: asyncio.Task | None = None
+    loading: asyncio.Task | None = None
     on_fatal: Any = None                     # called if loading fails (the CLI stops the server)
 
     @property
@@ -331,8 +329,11 @@ class _State:
 
 
 def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
-               pipeline=None, on_fatal=None):
-    """The Starlette app. `pipeline` skips loading (tests hand in an already loaded one)."""
+               loader=None, on_fatal=None):
+    """The Starlette app; the model loads in the background once it starts.
+
+    `loader()` returns the pipeline (default: `bertonnx.runtime.load` on model_dir with the
+    options' providers/threads); `on_fatal()` is called if loading fails."""
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
@@ -346,12 +347,13 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     def load():
         from . import load as load_pipeline
 
-        return load_pipeline(state.model_dir, providers=options.providers, threads=options.threads)
+        # One server batch = one micro-batch of the pipeline (it splits longer lists).
+        return load_pipeline(state.model_dir, providers=options.providers, threads=options.threads,
+                             batch_size=options.batch.max_batch_size)
 
     async def load_in_background():
         try:
-            pipe = pipeline if pipeline is not None else \
-                await asyncio.get_running_loop().run_in_executor(None, load)
+            pipe = await asyncio.get_running_loop().run_in_executor(None, loader or load)
         except BertOnnxError as e:
             state.load_error = str(e)
             log.error("cannot load %s: %s", state.model_dir, e)
@@ -375,11 +377,11 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     @asynccontextmanager
     async def lifespan(app):
         # Load in the background so /health can say 503 while it happens (readiness probes).
-        state.loader = asyncio.get_running_loop().create_task(load_in_background())
+        state.loading = asyncio.get_running_loop().create_task(load_in_background())
         yield
         # uvicorn has answered every in-flight request by now; finish anything still queued.
-        if not state.loader.done():
-            state.loader.cancel()
+        if not state.loading.done():
+            state.loading.cancel()
         if state.batcher is not None:
             await state.batcher.close()
 
