@@ -109,3 +109,5 @@ def demo(out):
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
     click.echo(parity_line(manifest.parity))
     # -- runtime: answers through the runtime are appended here (owned by the runtime part) --
+    from bertonnx.runtime.commands import demo_answers
+    demo_answers(target)
