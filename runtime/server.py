@@ -486,8 +486,10 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as e:
         raise InputError(f"cannot resolve host {host!r} ({e.strerror})",
                          "pass --host 127.0.0.1, 0.0.0.0 or a local address") from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto, _, addr = infos[0]
+    # proto must be IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets, and without it
+    # Nagle + delayed ACK hold every response back ~40 ms.
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
