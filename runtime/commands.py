@@ -256,6 +256,6 @@ def demo_answers(folder: Path) -> None:
     from .postprocess import cosine_matrix
 
     sims = cosine_matrix(pipe([*pair, other], normalize=True, return_tensors=True))
-    click.echo("runtime (onnxruntime, no torch):")
+    click.echo("answers through bertonnx.runtime (onnxruntime):")
     click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
     click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
