@@ -115,6 +115,9 @@ def create_session(model_path: str | Path, *, providers=None, threads: int | Non
     try:
         inner = ort.InferenceSession(str(path), sess_options=opts, providers=list(config.providers))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
+        if "INVALID_PROTOBUF" in str(e):
+            raise ArtifactError(f"{path} is not an ONNX model (truncated, or a foreign file)",
+                                "copy it again from the source, or export again") from e
         raise ArtifactError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:200]})",
                             "export the model again") from e
     return Session(inner, config)
