@@ -1,61 +1,67 @@
-"""Tiny random HF checkpoints (with a WordPiece vocab) for the export tests, built in tmp."""
+"""Export fixtures: tiny random HF checkpoints built once per session (exports reuse them).
+
+Built with the shared helpers in tests/conftest.py (same vocab, same LayerNorm/bias
+perturbation), but session-scoped: export tests read checkpoints, never write them.
+"""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import torch
 
-WORDS = ("the a an is was of to and in on for with it this that he she they we you cat dog "
-         "house car tree book paris france city river good bad happy sad big small red blue "
-         "run walk eat read play ##s ##ed ##ing").split()
+from tests.conftest import VOCAB, perturb_, write_vocab
 
-
-def write_vocab(folder: Path, size: int) -> None:
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, ".", ",", "?", "!"]
-    tokens += [f"[unused{i}]" for i in range(size - len(tokens))]
-    (folder / "vocab.txt").write_text("\n".join(tokens[:size]) + "\n", encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+LAYERS = 2
 
 
-HF_CLASSES = {
-    "fill-mask": "BertForMaskedLM",
-    "text-classification": "BertForSequenceClassification",
-    "token-classification": "BertForTokenClassification",
-    "question-answering": "BertForQuestionAnswering",
-    "feature-extraction": "BertModel",
-}
-
-
-def make_checkpoint(folder: Path, task: str, *, layers=2, hidden=32, heads=4, vocab=120,
-                    labels=3, seed=0) -> Path:
+def make_checkpoint(folder: Path, task: str, *, seed: int = 0, vocab: int | None = None,
+                    **config) -> Path:
+    """A random `transformers.BertFor<Task>` for `task` with a vocab.txt of `vocab` entries."""
+    import torch
     import transformers
 
-    torch.manual_seed(seed)
+    from bertonnx.build import TASKS
+
+    tokens = VOCAB + [f"[unused{i}]" for i in range(max(0, (vocab or 0) - len(VOCAB)))]
+    defaults = dict(vocab_size=len(tokens), hidden_size=32, num_hidden_layers=LAYERS,
+                    num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                    initializer_range=0.1)
     if task == "question-answering":
-        labels = 2  # BertForQuestionAnswering's qa_outputs has num_labels (start, end) rows
-    cfg = transformers.BertConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=2 * hidden, max_position_embeddings=64, num_labels=labels,
-        id2label={i: f"L{i}" for i in range(labels)}, label2id={f"L{i}": i for i in range(labels)})
-    model = getattr(transformers, HF_CLASSES[task])(cfg).eval()
-    with torch.no_grad():
-        # Perturb LayerNorms and biases away from 1/0 so a graph that drops them cannot pass,
-        # and widen the head so int8 agreement is judged on logits that are not all ties.
-        for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.add_(0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    folder.mkdir(parents=True, exist_ok=True)
+        defaults["num_labels"] = 2  # qa_outputs has num_labels rows: start and end
+    elif task in ("text-classification", "token-classification"):
+        defaults.update(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"},
+                        label2id={"neg": 0, "neu": 1, "pos": 2})
+    torch.manual_seed(seed)
+    model = getattr(transformers, TASKS[task].hf_class)(
+        transformers.BertConfig(**{**defaults, **config})).eval()
+    perturb_(model, seed)
     model.save_pretrained(folder)
-    write_vocab(folder, vocab)
+    write_vocab(folder, tokens)
     return folder
 
 
+EXPORT_TASKS = ("fill-mask", "text-classification", "token-classification",
+                "question-answering", "feature-extraction")
+
+
 @pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory):
-    """task -> folder of a tiny random checkpoint for it (built once per session)."""
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """task -> a tiny random checkpoint folder for it."""
     root = tmp_path_factory.mktemp("ckpt")
-    return {task: make_checkpoint(root / task.replace("-", "_"), task) for task in HF_CLASSES}
+    return {t: make_checkpoint(root / t, t) for t in EXPORT_TASKS}
+
+
+@pytest.fixture(scope="session")
+def exports(checkpoints, tmp_path_factory) -> dict[str, tuple[Path, object]]:
+    """task -> (folder, manifest) of its default export (fused fp32, parity on)."""
+    from bertonnx.export import export_model
+
+    root = tmp_path_factory.mktemp("exports")
+    return {t: (root / t, export_model(ck, t, root / t)) for t, ck in checkpoints.items()}
+
+
+@pytest.fixture(scope="session")
+def wide_fill_mask(tmp_path_factory) -> Path:
+    """A fill-mask checkpoint whose word embeddings dominate, as in real BERTs (size tests)."""
+    return make_checkpoint(tmp_path_factory.mktemp("wide") / "fm", "fill-mask", vocab=4000,
+                           hidden_size=128, intermediate_size=256)

