@@ -5,14 +5,10 @@ bertonnx.build.commands only map flags onto them.
 """
 from .config import FINETUNE_TASKS, FinetuneConfig, PretrainConfig, TrainConfig
 from .masking import mask_tokens
-from .pretrain import pretrain
+from .finetuning import finetune
+from .pretraining import pretrain
 from .tokenizer import TokenizerConfig, train_tokenizer
 
 __all__ = ["TrainConfig", "PretrainConfig", "FinetuneConfig", "TokenizerConfig", "FINETUNE_TASKS",
            "pretrain", "finetune", "train_tokenizer", "mask_tokens"]
 
-
-def finetune(cfg: FinetuneConfig):
-    from .finetune import finetune as run
-
-    return run(cfg)
