@@ -63,6 +63,15 @@ def cli(ctx, debug):
                         format="bertonnx: %(levelname)s: %(message)s")
 
 
+# click >= 8.2 raises this (a UsageError whose message is the whole help) for a bare group
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def _one_line(msg: str) -> str:
+    """Messages that quote user text or a library error may hold newlines; stderr gets one line."""
+    return " ".join(part.strip() for part in msg.splitlines() if part.strip())
+
+
 def main(argv=None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
@@ -70,13 +79,22 @@ def main(argv=None) -> int:
     except BertOnnxError as e:
         if debug:
             raise
-        click.echo(f"bertonnx: error: {e}", err=True)
+        click.echo(f"bertonnx: error: {_one_line(str(e))}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("bertonnx: aborted", err=True)
         return 130
-    except click.ClickException as e:
+    except _NO_ARGS_IS_HELP as e:  # plain `bertonnx` / `bertonnx CMD`: the help is the answer
         e.show()
+        return 2
+    except click.ClickException as e:
+        if debug:
+            raise
+        # click's own show() prints usage + a hint + the error on 3-4 lines; keep it to one
+        hint = ""
+        if isinstance(e, click.UsageError) and e.ctx is not None:
+            hint = f" — see `{e.ctx.command_path} --help`"
+        click.echo(f"bertonnx: error: {_one_line(e.format_message())}{hint}", err=True)
         return 2
     except click.exceptions.Exit as e:
         return e.exit_code

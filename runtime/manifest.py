@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .contract import EXPORT_TASKS, MANIFEST_NAME, MANIFEST_VERSION
+from .contract import EXPORT_TASKS, MANIFEST_NAME, MANIFEST_VERSION, MODEL_NAME
 from .errors import ArtifactError
 
 
@@ -20,6 +20,12 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# JSON type of each field a manifest may hold (schema version 1); checked on read.
+_FIELD_TYPES = {"task": str, "opset": int, "exporter": str, "inputs": dict, "outputs": dict,
+                "optimized": bool, "quantization": dict, "fused_ops": dict, "parity": dict,
+                "config": dict, "files": dict, "versions": dict, "source": str, "created": str}
 
 
 @dataclass
@@ -71,7 +77,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise ArtifactError(f"{path} is not a manifest object", "export the model again")
         version = data.get("version")
-        if not isinstance(version, int):
+        if not isinstance(version, int) or isinstance(version, bool):
             raise ArtifactError(f"{path} has no schema version", "export the model again")
         if version > MANIFEST_VERSION:
             raise ArtifactError(f"{path} has schema version {version}, newer than this bertonnx "
@@ -80,6 +86,17 @@ class Manifest:
         missing = [k for k in ("task", "opset", "inputs", "outputs", "files") if k not in data]
         if missing:
             raise ArtifactError(f"{path} lacks {', '.join(missing)}", "export the model again")
+        wrong = [k for k, t in _FIELD_TYPES.items() if k in data and (
+            not isinstance(data[k], t) or (t is int and isinstance(data[k], bool)))]
+        if wrong:
+            raise ArtifactError(f"{path} has fields of the wrong type: {', '.join(wrong)}",
+                                "export the model again")
+        if not all(isinstance(v, str) for v in data["files"].values()):
+            raise ArtifactError(f"{path} lists files without a sha256 string",
+                                "export the model again")
+        if MODEL_NAME not in data["files"]:
+            # without it nothing would vouch for the graph: a damaged one would load unchecked
+            raise ArtifactError(f"{path} does not list {MODEL_NAME}", "export the model again")
         if data["task"] not in EXPORT_TASKS:
             raise ArtifactError(f"{path} names unknown task {data['task']!r}",
                                 "export the model again")

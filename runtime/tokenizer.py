@@ -32,9 +32,12 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} is not a JSON object", "restore the file")
+    return data
 
 
 def _special(cfg: dict, specials: dict, name: str, default: str) -> str:
@@ -109,9 +112,13 @@ class WordPieceTokenizer:
     @staticmethod
     def _from_vocab(vocab_file: Path, cfg: dict, tok: dict) -> Tokenizer:
         vocab = {}
-        with open(vocab_file, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                vocab.setdefault(line.rstrip("\n"), i)
+        try:
+            with open(vocab_file, encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    vocab.setdefault(line.rstrip("\n"), i)
+        except UnicodeDecodeError as e:
+            raise ArtifactError(f"{vocab_file} is not UTF-8 ({e.reason} at byte {e.start})",
+                                "restore the file (BERT vocab files are UTF-8)") from e
         for name in ("cls_token", "sep_token", "unk_token"):
             if tok[name] not in vocab:
                 raise ArtifactError(f"{vocab_file} lacks the special token {tok[name]}",

@@ -157,15 +157,40 @@ class Pipeline:
                 self._backends[key] = tok
         return tok
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list:
-        """Encode with truncation to the model's length, warning once when anything was cut."""
-        batch = texts if pairs is None else list(zip(texts, pairs))
+    def encode(self, texts: list[str], pairs: list[str] | None = None, warn: bool = True) -> list:
+        """Encode with truncation to the model's length, warning once when anything was cut.
+
+        warn=False leaves the warning to the caller (`warn_truncated`), e.g. until the inputs
+        are known to be valid, so an error is not preceded by a warning about the same text.
+        """
+        batch = [self._head(t) for t in texts] if pairs is None else list(zip(texts, pairs))
         encs = self.backend(self.max_length).encode_batch(batch)
+        if warn:
+            self.warn_truncated(encs)
+        return encs
+
+    def warn_truncated(self, encs: list) -> None:
         cut = sum(1 for e in encs if e.overflowing)
         if cut:
             log.warning("%d of %d input(s) were longer than the model's %d tokens and were "
                         "truncated", cut, len(encs), self.max_length)
-        return encs
+
+    def _head(self, text: str) -> str:
+        """A prefix of `text` whose truncated encoding is the whole text's.
+
+        The tokenizers library spends ~700 bytes per token on a full encoding (1 MB of text:
+        ~200 MB) though truncation keeps max_length tokens. Pre-tokenization is local, so the
+        words wholly inside a prefix tokenize as in the whole text: once they give more than
+        max_length tokens, the prefix truncates the same. The prefix doubles until then (a text
+        of characters the tokenizer drops ends up whole).
+        """
+        n = 16 * self.max_length
+        while n < len(text):
+            words = self.tokenizer.backend.encode(text[:n], add_special_tokens=False).word_ids
+            if words and sum(1 for w in words if w != words[-1]) > self.max_length:
+                return text[:n]
+            n *= 2
+        return text
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         text = self.tokenizer.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -184,7 +209,8 @@ class Pipeline:
 
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
-        for batch in micro_batches(encodings, batch_size or self.batch_size,
+        size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
+        for batch in micro_batches(encodings, size,
                                    self.tokenizer.pad_token_id):
             yield batch, self.session.run(batch.feeds(), self.outputs)
 
@@ -206,3 +232,10 @@ def check_text(text, what: str = "text") -> None:
         raise InputError(f"{what} is a {type(text).__name__}, not a string", "pass text")
     if not text.strip():
         raise InputError(f"{what} is empty", "pass some text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        # a lone surrogate (e.g. "\ud83d" from a JSON file cut mid-emoji) is not Unicode text;
+        # the tokenizer would fail with an opaque TypeError
+        raise InputError(f"{what} holds a lone surrogate U+{ord(text[e.start]):04X} at "
+                         f"character {e.start}", "fix the text's encoding") from e

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import mask_probabilities, topk
-from .base import Pipeline, as_text_list
+from .base import Pipeline, as_text_list, check_text
 
 log = logging.getLogger("bertonnx")
 
@@ -25,6 +25,12 @@ class FillMaskPipeline(Pipeline):
     def target_ids(self, targets) -> np.ndarray:
         if isinstance(targets, str):
             targets = [targets]
+        if not isinstance(targets, (list, tuple)) or not all(isinstance(t, str) for t in targets):
+            raise InputError(f"targets must be a str or a list of str, got {targets!r:.60}",
+                             "pass targets=['word', ...]")
+        for t in targets:
+            if t.strip():  # blank targets are dropped below with a warning
+                check_text(t, f"target {t!r}")
         ids = []
         for t in targets:
             i = self.tokenizer.token_to_id(t)
@@ -57,7 +63,7 @@ class FillMaskPipeline(Pipeline):
                                  f"put {mask_tok} where the word to predict goes")
         tids = None if targets is None else self.target_ids(targets)
         k = top_k if tids is None else min(top_k, len(tids))
-        encs = self.encode(texts)
+        encs = self.encode(texts, warn=False)  # warned below, once every mask is known kept
         results: list = [None] * len(texts)
         for batch, out in self.run(encs, batch_size):
             rows, cols = np.nonzero(batch.input_ids == mask_id)          # (M,), (M,)
@@ -73,6 +79,7 @@ class FillMaskPipeline(Pipeline):
             vals, idx = topk(probs, k)
             preds = idx if tids is None else tids[idx]                    # (M, k) token ids
             self._emit(batch, rows, cols, vals, preds, results)
+        self.warn_truncated(encs)
         return results[0] if single else results
 
     def _emit(self, batch, rows, cols, vals, preds, results) -> None:

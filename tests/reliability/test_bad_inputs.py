@@ -1,0 +1,400 @@
+"""Table-driven bad inputs and bad artifacts, each through the CLI and the library.
+
+Every row is one user mistake. Through the CLI (a real subprocess) it must exit with the
+row's code and print exactly one stderr line starting "bertonnx: error:", no traceback; through
+the library it must raise the row's `BertOnnxError` subclass with a one-line message. Both are
+matched against the row's pattern, so a row cannot pass on an unrelated error.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from bertonnx.runtime import (ArtifactError, BertOnnxError, ConfigError, InputError,
+                              TaskMismatchError, load)
+from bertonnx.runtime.contract import MANIFEST_NAME, MODEL_NAME
+from bertonnx.runtime.manifest import sha256
+
+from .conftest import one_error_line
+
+LONG_QUESTION = " ".join(["the"] * 80)          # 80 tokens > max_question_len 64
+
+
+# -- damage done to a copy of a good export ------------------------------------------------
+
+def _edit_manifest(fn):
+    def damage(d: Path):
+        m = json.loads((d / MANIFEST_NAME).read_text(encoding="utf-8"))
+        fn(m)
+        (d / MANIFEST_NAME).write_text(json.dumps(m), encoding="utf-8")
+    return damage
+
+
+def _rehash(d: Path):
+    """Make the manifest agree with the damaged files, so the next check in line is reached."""
+    m = json.loads((d / MANIFEST_NAME).read_text(encoding="utf-8"))
+    m["files"] = {f: sha256(d / f) for f in m["files"] if (d / f).is_file()}
+    (d / MANIFEST_NAME).write_text(json.dumps(m), encoding="utf-8")
+
+
+def _truncate(d: Path):
+    data = (d / MODEL_NAME).read_bytes()
+    (d / MODEL_NAME).write_bytes(data[:len(data) // 3])
+
+
+def _foreign(d: Path):
+    (d / MODEL_NAME).write_bytes(b"PK\x03\x04 this is a zip file, not an ONNX graph\n" * 20)
+
+
+def _symlink_out(d: Path):
+    outside = d.parent / f"{d.name}-outside-config.json"
+    (d / "config.json").rename(outside)
+    (d / "config.json").symlink_to(outside)
+
+
+DAMAGE: dict[str, Callable[[Path], None]] = {
+    "empty": lambda d: [p.unlink() for p in d.iterdir()],
+    "truncated-model": _truncate,
+    "truncated-model-rehashed": lambda d: (_truncate(d), _rehash(d)),
+    "foreign-model": _foreign,
+    "foreign-model-rehashed": lambda d: (_foreign(d), _rehash(d)),
+    "model-deleted": lambda d: (d / MODEL_NAME).unlink(),
+    "sha-corrupted": _edit_manifest(lambda m: m["files"].__setitem__(MODEL_NAME, "0" * 64)),
+    "newer-version": _edit_manifest(lambda m: m.__setitem__("version", 99)),
+    "no-version": _edit_manifest(lambda m: m.pop("version")),
+    "path-escape": _edit_manifest(lambda m: m["files"].__setitem__("../x", "0" * 64)),
+    "absolute-path": _edit_manifest(lambda m: m["files"].__setitem__("/etc/hostname", "0" * 64)),
+    "symlink-escape": _symlink_out,
+    "manifest-not-json": lambda d: (d / MANIFEST_NAME).write_text("{task: fill-mask", "utf-8"),
+    "manifest-binary": lambda d: (d / MANIFEST_NAME).write_bytes(b"\xff\xfe\x00\x01"),
+    "manifest-list": lambda d: (d / MANIFEST_NAME).write_text("[]", "utf-8"),
+    "manifest-no-task": _edit_manifest(lambda m: m.pop("task")),
+    "manifest-unknown-task": _edit_manifest(lambda m: m.__setitem__("task", "summarization")),
+    "manifest-files-list": _edit_manifest(lambda m: m.__setitem__("files", [MODEL_NAME])),
+    "manifest-files-empty": _edit_manifest(lambda m: m.__setitem__("files", {})),
+    "manifest-opset-str": _edit_manifest(lambda m: m.__setitem__("opset", "17")),
+    "manifest-deleted": lambda d: (d / MANIFEST_NAME).unlink(),
+    "vocab-latin1": lambda d: ((d / "tokenizer.json").unlink(),
+                               (d / "vocab.txt").write_bytes("caf\xe9\n".encode("latin-1")),
+                               _rehash(d)),
+    "no-tokenizer": lambda d: ((d / "tokenizer.json").unlink(), (d / "vocab.txt").unlink(),
+                               _rehash(d)),
+    "tokenizer-json-bad": lambda d: ((d / "tokenizer.json").write_text("{}", "utf-8"), _rehash(d)),
+    "config-not-object": lambda d: ((d / "config.json").write_text("[1, 2]", "utf-8"), _rehash(d)),
+    "tokenizer-config-list": lambda d: ((d / "tokenizer_config.json").write_text("[]", "utf-8"),
+                                        _rehash(d)),
+}
+
+
+# -- input files ---------------------------------------------------------------------------
+
+FILES = {
+    "latin1.txt": "caf\xe9 [MASK]\n".encode("latin-1"),
+    "surrogate-bytes.txt": b"a \xed\xa0\x80 [MASK]\n",            # UTF-8 of a lone surrogate
+    "surrogate.jsonl": b'{"text": "a \\ud83d [MASK]"}\n',          # JSON escape of one
+    "blank-crlf.txt": b"\xef\xbb\xbf\r\n  \r\n\t\r\n",
+    "bad.jsonl": b'{"text": "a [MASK]"}\n{"text": oops}\n',
+    "number.jsonl": b'"a [MASK]"\n42\n',
+    "qa-plain.txt": b"where is the cat\n",
+    "no-text.jsonl": b'{"txt": "a [MASK]"}\n',
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    task: str                     # the export the row runs against
+    argv: tuple | None            # CLI args; {dir} = the export folder, {f:NAME} = an input file
+    lib: Callable | None          # lib(dir: Path, file: Callable[[str], Path]) -> anything
+    error: type                   # the library's exception type
+    match: str                    # regex in both the CLI line and the library message
+    code: int = 2                 # CLI exit status
+    damage: str | None = None     # DAMAGE applied to a copy of the export
+    files: tuple = field(default=())
+
+
+FM, CLS, QA, NER, EMB = ("fill-mask", "text-classification", "question-answering",
+                         "token-classification", "feature-extraction")
+
+
+def _fm(**kw):
+    return lambda d, f: load(d, task=FM)("the [MASK] sat .", **kw)
+
+
+def _art(match: str, damage: str, error=ArtifactError) -> Case:
+    """An artifact row: the same fill-mask call, a damaged folder."""
+    return Case(f"artifact-{damage}", FM, ("fill-mask", "{dir}", "the [MASK] sat ."), _fm(),
+                error, match, damage=damage)
+
+
+CASES = [
+    # ---- the export folder ----
+    Case("missing-folder", FM, ("fill-mask", "{dir}/nope", "a [MASK]"),
+         lambda d, f: load(d / "nope"), ArtifactError, r"nope does not exist"),
+    Case("folder-is-a-file", FM, ("fill-mask", "{dir}/config.json", "a [MASK]"),
+         lambda d, f: load(d / "config.json"), ArtifactError, r"config\.json does not exist"),
+    _art(r"has no bertonnx\.json", "empty"),
+    _art(r"model\.onnx is damaged \(sha256", "truncated-model"),
+    _art(r"model\.onnx is not an ONNX model \(truncated", "truncated-model-rehashed"),
+    _art(r"model\.onnx is damaged \(sha256", "foreign-model"),
+    _art(r"model\.onnx is not an ONNX model \(truncated, or a foreign", "foreign-model-rehashed"),
+    _art(r"model\.onnx is missing", "model-deleted"),
+    _art(r"model\.onnx is damaged \(sha256", "sha-corrupted"),
+    _art(r"schema version 99, newer than .*upgrade bertonnx", "newer-version"),
+    _art(r"has no schema version", "no-version"),
+    _art(r"'\.\./x' escapes the export folder", "path-escape"),
+    _art(r"'/etc/hostname' escapes the export folder", "absolute-path"),
+    _art(r"'config\.json' escapes the export folder", "symlink-escape"),
+    _art(r"bertonnx\.json is not valid JSON", "manifest-not-json"),
+    _art(r"bertonnx\.json is not valid JSON", "manifest-binary"),
+    _art(r"is not a manifest object", "manifest-list"),
+    _art(r"lacks task", "manifest-no-task"),
+    _art(r"unknown task 'summarization'", "manifest-unknown-task"),
+    _art(r"wrong type: files", "manifest-files-list"),
+    _art(r"does not list model\.onnx", "manifest-files-empty"),
+    _art(r"wrong type: opset", "manifest-opset-str"),
+    _art(r"has no bertonnx\.json: not a bertonnx export \(or an interrupted one\)",
+         "manifest-deleted"),
+    _art(r"vocab\.txt is not UTF-8", "vocab-latin1"),
+    _art(r"no tokenizer\.json or vocab\.txt", "no-tokenizer"),
+    _art(r"tokenizer\.json cannot be read", "tokenizer-json-bad"),
+    _art(r"config\.json is not a JSON object", "config-not-object"),
+    _art(r"tokenizer_config\.json is not a JSON object", "tokenizer-config-list"),
+    Case("task-mismatch", CLS, ("fill-mask", "{dir}", "a [MASK]"), lambda d, f: load(d, task=FM),
+         TaskMismatchError, r"exported for text-classification, not fill-mask"),
+    Case("task-mismatch-qa", FM, ("qa", "{dir}", "-q", "who", "-c", "the cat"),
+         lambda d, f: load(d, task=QA), TaskMismatchError,
+         r"exported for fill-mask, not question-answering"),
+    Case("unknown-task", FM, None, lambda d, f: load(d, task="summarization"), ConfigError,
+         r"unknown task 'summarization'"),
+    Case("unknown-provider", FM, ("fill-mask", "{dir}", "--providers", "nosuchep", "a [MASK]"),
+         lambda d, f: load(d, providers="nosuchep"), ConfigError,
+         r"execution provider 'nosuchep' is not available"),
+    Case("threads-negative", FM, ("fill-mask", "{dir}", "--threads", "-1", "a [MASK]"),
+         lambda d, f: load(d, threads=-1), ConfigError, r"(threads|--threads).*(-1|non-negative)"),
+    # ---- texts ----
+    Case("no-mask-token", FM, ("fill-mask", "{dir}", "the cat sat ."),
+         lambda d, f: load(d)("the cat sat ."), InputError, r"no mask token \[MASK\]"),
+    Case("mask-lowercase", FM, ("fill-mask", "{dir}", "the [mask] sat ."),
+         lambda d, f: load(d)("the [mask] sat ."), InputError, r"no mask token \[MASK\]"),
+    Case("mask-truncated-away", FM, ("fill-mask", "{dir}", "the " * 100 + "[MASK]"),
+         lambda d, f: load(d)("the " * 100 + "[MASK]"), InputError,
+         r"beyond the model's 64 tokens"),
+    Case("empty-text", FM, ("fill-mask", "{dir}", ""), lambda d, f: load(d)(""), InputError,
+         r"is empty"),
+    Case("whitespace-text", CLS, ("classify", "{dir}", " \t\n "),
+         lambda d, f: load(d)(" \t\n "), InputError, r"is empty"),
+    Case("empty-in-list", EMB, ("embed", "{dir}", "fine", "  "),
+         lambda d, f: load(d)(["fine", "  "]), InputError, r"#1 is empty"),
+    Case("not-a-string", CLS, None, lambda d, f: load(d)(42), InputError, r"int"),
+    Case("list-of-non-strings", NER, None, lambda d, f: load(d)(["ok", None]), InputError,
+         r"#1 is a NoneType"),
+    Case("lone-surrogate", EMB, None, lambda d, f: load(d)("a \ud800 b"), InputError,
+         r"lone surrogate U\+D800 at character 2"),
+    Case("surrogate-in-target", FM, None,
+         lambda d, f: load(d)("a [MASK]", targets=["cat", "\udfff"]), InputError,
+         r"lone surrogate"),
+    Case("targets-not-strings", FM, None, lambda d, f: load(d)("a [MASK]", targets=5),
+         InputError, r"targets must be a str or a list of str"),
+    Case("targets-not-in-vocab", FM, ("fill-mask", "{dir}", "--targets", " , ", "a [MASK]"),
+         lambda d, f: load(d)("a [MASK]", targets=[" "]), InputError,
+         r"none of the targets maps"),
+    # ---- arguments ----
+    Case("top-k-zero", FM, ("fill-mask", "{dir}", "--top-k", "0", "a [MASK]"),
+         lambda d, f: load(d)("a [MASK]", top_k=0), InputError, r"top.k.*(0|≥ ?1|x>=1)"),
+    Case("top-k-text", FM, ("fill-mask", "{dir}", "--top-k", "abc", "a [MASK]"),
+         lambda d, f: load(d)("a [MASK]", top_k="abc"), InputError, r"top.k.*'abc'"),
+    Case("classify-top-k-negative", CLS, ("classify", "{dir}", "--top-k", "-1", "hi"),
+         lambda d, f: load(d)("hi", top_k=-1), InputError, r"top.k must be a positive integer"),
+    Case("classify-function", CLS, None,
+         lambda d, f: load(d)("hi", function_to_apply="relu"), InputError,
+         r"unknown function_to_apply 'relu'"),
+    Case("qa-question-too-long", QA, ("qa", "{dir}", "-q", LONG_QUESTION, "-c", "the cat sat"),
+         lambda d, f: load(d)(question=LONG_QUESTION, context="the cat sat"), InputError,
+         r"80 tokens, more than max_question_len=64"),
+    Case("qa-no-context", QA, ("qa", "{dir}", "-q", "who"),
+         lambda d, f: load(d)(question="who"), InputError, r"question and .*context"),
+    Case("qa-empty-context", QA, ("qa", "{dir}", "-q", "who", "-c", "   "),
+         lambda d, f: load(d)(question="who", context="   "), InputError, r"context.*is empty"),
+    Case("qa-context-dropped", QA, ("qa", "{dir}", "-q", "who", "-c", "\u200b\u200d"),
+         lambda d, f: load(d)(question="who", context="\u200b\u200d"), InputError,
+         r"context has no text the tokenizer keeps"),
+    Case("qa-max-seq-len", QA, ("qa", "{dir}", "-q", "who", "-c", "cat", "--max-seq-len", "999"),
+         lambda d, f: load(d)(question="who", context="cat", max_seq_len=999), InputError,
+         r"max_seq_len 999 exceeds the model's 64"),
+    Case("qa-doc-stride", QA, ("qa", "{dir}", "-q", "who", "-c", "cat", "--doc-stride", "60"),
+         lambda d, f: load(d)(question="who", context="cat", doc_stride=60), InputError,
+         r"doc_stride=60 must be smaller"),
+    Case("qa-bad-dict", QA, None, lambda d, f: load(d)([{"question": "who"}]), InputError,
+         r"input #0 is not a \{question, context\} dict"),
+    Case("qa-count-mismatch", QA, None,
+         lambda d, f: load(d)(question=["a", "b"], context=["c"]), InputError,
+         r"2 questions but 1 contexts"),
+    Case("ner-stride", NER, ("tokens", "{dir}", "--stride", "62", "hi"),
+         lambda d, f: load(d)("hi", stride=62), InputError, r"stride must be an integer in"),
+    Case("ner-aggregation", NER, ("tokens", "{dir}", "--aggregation", "mean", "hi"),
+         lambda d, f: load(d)("hi", aggregation_strategy="mean"), InputError,
+         r"'mean'"),
+    Case("embed-pooling", EMB, ("embed", "{dir}", "--pooling", "max", "hi"),
+         lambda d, f: load(d)("hi", pooling="max"), InputError, r"'max'"),
+    Case("embed-normalize-none", EMB, None,
+         lambda d, f: load(d)("hi", pooling="none", normalize=True), InputError,
+         r"normalize needs a pooled vector"),
+    Case("batch-size-zero", CLS, ("classify", "{dir}", "--batch-size", "0", "hi"),
+         lambda d, f: load(d)("hi", batch_size=0), InputError, r"batch.size.*(0|≥ 1|x>=1)"),
+    # ---- input files ----
+    Case("file-latin1", FM, ("fill-mask", "{dir}", "--input", "{f:latin1.txt}"),
+         lambda d, f: _read(f("latin1.txt")), InputError,
+         r"is not UTF-8 \(byte 0xe9 on line 1\)", files=("latin1.txt",)),
+    Case("file-surrogate-bytes", FM, ("fill-mask", "{dir}", "--input", "{f:surrogate-bytes.txt}"),
+         lambda d, f: _read(f("surrogate-bytes.txt")), InputError, r"is not UTF-8 \(byte 0xed",
+         files=("surrogate-bytes.txt",)),
+    Case("file-surrogate-json", FM, ("fill-mask", "{dir}", "--input", "{f:surrogate.jsonl}"),
+         lambda d, f: load(d)(_texts(f("surrogate.jsonl"))), InputError,
+         r"lone surrogate U\+D83D", files=("surrogate.jsonl",)),
+    Case("file-blank-bom-crlf", FM, ("fill-mask", "{dir}", "--input", "{f:blank-crlf.txt}"),
+         lambda d, f: _read(f("blank-crlf.txt")), InputError, r"has no inputs",
+         files=("blank-crlf.txt",)),
+    Case("file-bad-jsonl", FM, ("fill-mask", "{dir}", "--input", "{f:bad.jsonl}"),
+         lambda d, f: _read(f("bad.jsonl")), InputError, r"line 2 is not valid JSON",
+         files=("bad.jsonl",)),
+    Case("file-jsonl-number", FM, ("fill-mask", "{dir}", "--input", "{f:number.jsonl}"),
+         lambda d, f: _read(f("number.jsonl")), InputError, r"line 2 holds a int",
+         files=("number.jsonl",)),
+    Case("file-no-text-field", FM, ("fill-mask", "{dir}", "--input", "{f:no-text.jsonl}"),
+         lambda d, f: _texts(f("no-text.jsonl")), InputError, r"has no \"text\" string",
+         files=("no-text.jsonl",)),
+    Case("file-missing", FM, ("fill-mask", "{dir}", "--input", "{dir}/nope.txt"),
+         lambda d, f: _read(d / "nope.txt"), InputError, r"nope\.txt does not exist"),
+    Case("qa-file-plain-text", QA, ("qa", "{dir}", "--input", "{f:qa-plain.txt}"), None,
+         InputError, r"must hold JSON objects with question and context",
+         files=("qa-plain.txt",)),
+    # ---- CLI-only usage mistakes (click's own errors, made one line) ----
+    Case("cli-both-text-and-file", FM,
+         ("fill-mask", "{dir}", "--input", "{f:bad.jsonl}", "a [MASK]"), None, InputError,
+         r"not both", files=("bad.jsonl",)),
+    Case("cli-no-text", FM, ("fill-mask", "{dir}"), None, InputError, r"no input text"),
+    Case("cli-pair-with-two-texts", CLS, ("classify", "{dir}", "--pair", "b", "a", "c"), None,
+         InputError, r"--pair goes with exactly one TEXT"),
+    Case("cli-unknown-command", FM, ("summarize", "{dir}"), None, InputError,
+         r"No such command 'summarize'"),
+    Case("cli-unknown-option", FM, ("fill-mask", "{dir}", "--topk", "3", "a [MASK]"), None,
+         InputError, r"No such option '--topk'"),
+    Case("cli-missing-dir", FM, ("classify",), None, InputError, r"Missing argument 'DIR'"),
+    Case("cli-bad-choice", CLS, ("classify", "{dir}", "--function", "relu", "hi"), None,
+         InputError, r"'relu' is not one of"),
+]
+
+
+def _read(path):
+    from bertonnx.runtime.io import read_inputs
+
+    return read_inputs(path)
+
+
+def _texts(path):
+    from bertonnx.runtime.io import texts_of
+
+    return texts_of(_read(path), path)
+
+
+@pytest.fixture(scope="session")
+def case_folder(tiny_export, tmp_path_factory):
+    """The export a row runs against: the task's own, or a damaged copy of it (made once)."""
+    root = tmp_path_factory.mktemp("damaged")
+    made: dict[tuple, Path] = {}
+
+    def get(case: Case) -> Path:
+        src = tiny_export(case.task)
+        if case.damage is None:
+            return src
+        key = (case.task, case.damage)
+        if key not in made:
+            d = root / case.damage / "export"
+            shutil.copytree(src, d)
+            DAMAGE[case.damage](d)
+            made[key] = d
+        return made[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def input_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inputs")
+    for name, data in FILES.items():
+        (root / name).write_bytes(data)
+    return lambda name: root / name
+
+
+def _argv(case: Case, folder: Path, file) -> list[str]:
+    return [re.sub(r"\{f:([^}]+)\}", lambda m: str(file(m.group(1))),
+                   a.replace("{dir}", str(folder))) for a in case.argv]
+
+
+CLI_CASES = [c for c in CASES if c.argv is not None]
+LIB_CASES = [c for c in CASES if c.lib is not None]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_cli(case, case_folder, input_files, run_cli):
+    proc = run_cli(*_argv(case, case_folder(case), input_files))
+    line = one_error_line(proc)
+    assert proc.returncode == case.code, (proc.returncode, line)
+    assert re.search(case.match, line), line
+    assert proc.stdout == b"", proc.stdout[:200]
+
+
+@pytest.mark.parametrize("case", LIB_CASES, ids=[c.id for c in LIB_CASES])
+def test_library(case, case_folder, input_files):
+    with pytest.raises(BertOnnxError) as info:
+        case.lib(case_folder(case), input_files)
+    err = info.value
+    assert type(err) is case.error, f"{type(err).__name__}: {err}"
+    assert re.search(case.match, str(err)), str(err)
+    assert "\n" not in str(err) and err.exit_code == case.code
+
+
+def test_table_covers_the_issue():
+    """The issue's list of mistakes is in the table, so a refactor cannot drop one silently."""
+    ids = {c.id for c in CASES}
+    required = {"missing-folder", "artifact-empty", "artifact-truncated-model",
+                "artifact-foreign-model", "artifact-sha-corrupted", "artifact-newer-version",
+                "artifact-path-escape", "task-mismatch", "file-latin1", "file-blank-bom-crlf",
+                "empty-text", "whitespace-text", "no-mask-token", "qa-question-too-long",
+                "top-k-zero", "file-surrogate-json"}
+    assert required <= ids, required - ids
+    assert set(DAMAGE) == {c.damage for c in CASES if c.damage}, "unused damage"
+
+
+# -- odd but valid files give the same answers as clean ones -------------------------------
+
+VALID_FILES = {
+    "clean.txt": b"the [MASK] sat .\nparis is a [MASK] .\n",
+    "bom-crlf.txt": b"\xef\xbb\xbfthe [MASK] sat .\r\n\r\nparis is a [MASK] .\r\n",
+    "crlf.jsonl": b'{"text": "the [MASK] sat ."}\r\n"paris is a [MASK] ."\r\n',
+    "bom.jsonl": b'\xef\xbb\xbf{"text": "the [MASK] sat ."}\n{"text": "paris is a [MASK] ."}\n',
+}
+
+
+def test_bom_and_crlf_files_read_like_clean_ones(tiny_export, tmp_path, run_cli):
+    folder = tiny_export(FM)
+    outputs = {}
+    for name, data in VALID_FILES.items():
+        (tmp_path / name).write_bytes(data)
+        proc = run_cli("fill-mask", folder, "--json", "--input", tmp_path / name)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert b"Traceback" not in proc.stderr
+        outputs[name] = json.loads(proc.stdout)
+    clean = outputs.pop("clean.txt")
+    assert len(clean) == 2 and clean[0][0]["sequence"].startswith("the ")
+    for name, got in outputs.items():
+        assert got == clean, name
+    # and the library, on the same texts, agrees with the CLI
+    assert load(folder)(["the [MASK] sat .", "paris is a [MASK] ."]) == clean
