@@ -8,7 +8,9 @@ requests meanwhile). Results go back to each request's future, in its own input 
 
 The same idea as Triton's dynamic batcher (max_queue_delay_microseconds, preferred sizes):
 a request never waits longer than max_wait_ms for company, and while every worker is busy the
-queue fills so the next batch is as large as the traffic allows.
+queue fills so the next batch is as large as the traffic allows. One refinement: when the
+server says no other request is on its way in (`arriving() == 0`) and none is queued, the
+batch goes at once — a lone client does not pay max_wait_ms on every request.
 
 Torch-free and server-agnostic: `run(jobs_inputs, params)` is any callable that maps a list
 of request payloads with one parameter set to a list of results, one per payload.
@@ -28,6 +30,8 @@ from .errors import BertOnnxError, InputError
 RunFn = Callable[[list, dict], list]
 # on_batch(items, requests, seconds): called after every pipeline call, for metrics.
 BatchHook = Callable[[int, int, float], None]
+# arriving(): requests the server has received but not yet submitted (being read or parsed).
+ArrivingHint = Callable[[], int]
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,11 @@ class DynamicBatcher:
     """`await submit(payload, size, params)` -> that payload's result, computed in a batch."""
 
     def __init__(self, run: RunFn, config: BatchConfig = BatchConfig(), *,
-                 on_batch: BatchHook | None = None):
+                 on_batch: BatchHook | None = None, arriving: ArrivingHint | None = None):
         self._run = run
         self.config = config
         self._on_batch = on_batch
+        self._arriving = arriving
         self._queue: asyncio.Queue | None = None
         self._loop_task: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
@@ -141,6 +146,8 @@ class DynamicBatcher:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
+                if self._arriving is not None and self._arriving() == 0:
+                    break   # nobody else is on the way: waiting would only add latency
                 try:
                     job = await asyncio.wait_for(self._queue.get(), remaining)
                 except asyncio.TimeoutError:

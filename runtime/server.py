@@ -319,6 +319,7 @@ class _State:
     pipeline: Any = None
     allowed: frozenset[str] | None = None
     batcher: DynamicBatcher | None = None
+    arriving: int = 0                        # /predict requests being read or parsed
     load_error: str | None = None
     loading: asyncio.Task | None = None
     on_fatal: Any = None                     # called if loading fails (the CLI stops the server)
@@ -369,7 +370,8 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         state.pipeline = pipe
         state.allowed = allowed_parameters(pipe)
         batcher = DynamicBatcher(PipelineRunner(pipe), options.batch,
-                                 on_batch=state.metrics.batch_done)
+                                 on_batch=state.metrics.batch_done,
+                                 arriving=lambda: state.arriving)
         batcher.start()
         state.batcher = batcher
         log.info("model ready: %s (%s)", state.model_dir, pipe.task)
@@ -419,7 +421,12 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                                 503, media_type="application/json",
                                 headers={"Retry-After": "1"})
             try:
-                parsed = parse_request(state.pipeline.task, await read_body(request), state.allowed)
+                state.arriving += 1
+                try:
+                    body = await read_body(request)
+                    parsed = parse_request(state.pipeline.task, body, state.allowed)
+                finally:
+                    state.arriving -= 1
                 result = await state.batcher.submit(parsed, parsed.size, parsed.params)
             except ClientError as e:
                 status = e.status

@@ -417,29 +417,53 @@ def test_malformed_requests_get_4xx_json(exports):
 
 
 def test_sigterm_drains_in_flight_requests(exports, pipelines):
-    """Requests waiting in the batcher when SIGTERM arrives are answered; exit status 0."""
+    """SIGTERM while 8 requests wait in the batcher and a 9th is still uploading its body:
+    all 9 are answered, then the server exits 0 and stops listening.
+
+    The half-sent request also keeps the batcher waiting for company (it is "arriving"), so
+    the 8 stay queued for --max-wait-ms — in flight when the signal lands.
+    """
+    import socket
+
     pipe = pipelines["fill-mask"]
     texts = [f"the [MASK] sat on the {w} ." for w in ("mat", "house", "river", "city", "dog",
-                                                      "film", "game", "team")]
-    with ServerProcess(exports["fill-mask"], "--max-wait-ms", "1500") as server:
+                                                      "film", "game", "team", "water")]
+    with ServerProcess(exports["fill-mask"], "--max-wait-ms", "3000") as server:
+        slow = socket.create_connection((server.host, server.port))
+        body = json.dumps({"inputs": texts[8]}).encode()
+        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:10]))
         results: dict[int, httpx.Response] = {}
 
         def client(i):
             results[i] = post(server.url, {"inputs": texts[i]})
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(texts))]
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 30
-        while server.metrics()["bertonnx_in_flight_requests"] < len(texts):
+        while server.metrics()["bertonnx_in_flight_requests"] < 9:
             assert time.monotonic() < deadline, "requests never arrived"
             time.sleep(0.02)
         server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        slow.sendall(body[10:])              # the upload finishes after the signal
+        slow.settimeout(60)
+        reply = b""
+        while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"(?i)content-length: *(\d+)", reply).group(1)):
+            chunk = slow.recv(65536)
+            assert chunk, f"connection closed early: {reply[:200]!r}"
+            reply += chunk
+        slow.close()
         code = server.proc.wait(60)
         for t in threads:
             t.join(30)
         assert code == 0, server.log
-        assert sorted(results) == list(range(len(texts)))
+        head, _, payload = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), reply[:200]
+        assert_close(json.loads(payload), jsonable(pipe(texts[8])), BATCHED_ATOL)
+        assert sorted(results) == list(range(8))
         for i, r in results.items():
             assert r.status_code == 200
             assert_close(r.json(), jsonable(pipe(texts[i])), BATCHED_ATOL)

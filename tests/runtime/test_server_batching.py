@@ -218,3 +218,27 @@ def test_on_batch_hook_sees_inputs_and_requests():
 def test_bad_config(kwargs):
     with pytest.raises(InputError):
         BatchConfig(**kwargs)
+
+
+def test_no_wait_when_nothing_else_is_arriving():
+    """A lone request goes at once when the server reports no other request on its way in;
+    while one is reported, the batch waits for it (up to max_wait)."""
+    rec = Recorder()
+    arriving = [0]
+
+    async def main():
+        b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=5000),
+                           arriving=lambda: arriving[0])
+        b.start()
+        alone = await asyncio.wait_for(b.submit("alone", 1, {}), 2.5)   # << max_wait
+        arriving[0] = 1                       # a second request is being read...
+        first = asyncio.ensure_future(b.submit("first", 1, {}))
+        await asyncio.sleep(0.2)
+        arriving[0] = 0                       # ...and now submitted: it joins the same batch
+        second = await b.submit("second", 1, {})
+        out = (alone, await first, second)
+        await b.close()
+        return out
+
+    assert run(main()) == (("alone", None), ("first", None), ("second", None))
+    assert [c[0] for c in rec.calls] == [["alone"], ["first", "second"]]

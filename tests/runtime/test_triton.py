@@ -227,3 +227,68 @@ def test_cli_error_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0
     assert err.count("\n") == 1 and err.startswith("bertonnx: error:") and "Traceback" not in err
+
+
+def _readme_client_block() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    after = readme.split("A client tokenizes", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_client_example_runs_and_matches_the_pipeline(exports, tmp_path, monkeypatch,
+                                                             capsys):
+    """Run the README's Triton client code with tritonclient.http swapped for onnxruntime on
+    the repository's model.onnx: its printed answer equals the pipeline's."""
+    import ast
+    import runpy
+    import sys
+    import types
+
+    from bertonnx.runtime import load
+
+    export = exports["text-classification"]
+    repo = tmp_path / "models"
+    write_repository(export, repo, TritonOptions(name="sentiment"))
+
+    class InferInput:
+        def __init__(self, name, shape, datatype):
+            assert datatype == "INT64"
+            self.name, self.shape = name, list(shape)
+
+        def set_data_from_numpy(self, array):
+            assert list(array.shape) == self.shape and array.dtype == np.int64
+            self.array = array
+
+    class Client:
+        def __init__(self, url):
+            self.session = None
+
+        def _session(self, model):
+            return ort.InferenceSession(str(repo / model / "1" / MODEL_NAME))
+
+        def get_model_metadata(self, model):
+            return {"inputs": [{"name": i.name} for i in self._session(model).get_inputs()]}
+
+        def infer(self, model, inputs, outputs):
+            session = self._session(model)
+            assert {i.name for i in inputs} == {i.name for i in session.get_inputs()}
+            names = [o.name for o in outputs]
+            values = session.run(names, {i.name: i.array for i in inputs})
+            return types.SimpleNamespace(as_numpy=dict(zip(names, values)).__getitem__)
+
+    fake = types.ModuleType("tritonclient.http")
+    fake.InferInput, fake.InferenceServerClient = InferInput, Client
+    fake.InferRequestedOutput = lambda name: types.SimpleNamespace(name=name)
+    import tritonclient
+
+    monkeypatch.setitem(sys.modules, "tritonclient.http", fake)
+    monkeypatch.setattr(tritonclient, "http", fake, raising=False)
+
+    script = tmp_path / "client.py"
+    script.write_text(_readme_client_block().replace("out/sentiment", str(export)))
+    runpy.run_path(str(script), run_name="__main__")
+    printed = ast.literal_eval(capsys.readouterr().out.strip())
+    want = load(export)(["what a great film", "the service was awful"])
+    assert [p["label"] for p in printed] == [w["label"] for w in want]
+    np.testing.assert_allclose([p["score"] for p in printed], [w["score"] for w in want],
+                               rtol=0, atol=1e-5)
