@@ -13,7 +13,7 @@ import pytest
 
 with warnings.catch_warnings():
     # Starlette 1.x would rather its TestClient ran on httpx2; httpx (the serve extra) works.
-    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
 from bertonnx.runtime.errors import ArtifactError, InputError
