@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -302,8 +302,7 @@ def _jsonable(o):
         return o.tolist()
     if isinstance(o, np.generic):
         return o.item()
-    if hasattr(o, "__dataclass_fields__"):
-        from dataclasses import asdict
+    if is_dataclass(o) and not isinstance(o, type):
         return asdict(o)
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
