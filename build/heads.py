@@ -26,6 +26,7 @@ class MLMHead(nn.Module):
         self.act = activation(c.hidden_act)
         self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+        self.vocab_size = c.vocab_size  # a Python int, so the exported graph's V axis is fixed
         # A tuple hides the embedding from module registration: the weight is owned (and
         # saved) once, by the encoder, and only borrowed here.
         self._tied = (word_embeddings,)
@@ -37,7 +38,7 @@ class MLMHead(nn.Module):
         # directly; on 3-D it would become MatMul(Transpose(W)), which constant folding turns
         # into a second copy of W (torch issue 108342).
         logits = F.linear(h.reshape(B * T, H), self._tied[0].weight, self.bias)
-        return logits.view(B, T, -1)  # (B, T, V)
+        return logits.view(B, T, self.vocab_size)  # (B, T, V)
 
 
 class FillMaskHead(nn.Module):
