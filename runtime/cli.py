@@ -101,6 +101,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         click.echo("bertonnx: interrupted", err=True)
         return 130
+    except OSError as e:
+        # a path the user gave cannot be read or written (missing parent, permissions, disk
+        # full): their environment, not a bug, so one line; --debug shows where
+        if debug:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        click.echo(f"bertonnx: error: {e.strerror or e}{where} — check the path, its "
+                   "permissions and free space", err=True)
+        return 2
     return rv if isinstance(rv, int) else 0
 
 

@@ -151,3 +151,16 @@ def test_failed_check_exits_1(tiny_export, tiny_checkpoint, run_cli):
     assert "outside tolerance" in one_error_line(proc)
     report = json.loads(proc.stdout)
     assert report["passed"] is False
+
+
+def test_export_cli_unwritable_out_is_one_line(tiny_checkpoint, tmp_path, run_cli):
+    """An --out under a file (or without permission) is the user's path, not a crash."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x", encoding="utf-8")
+    proc = run_cli("export", tiny_checkpoint("fill-mask"), "--task", "fill-mask",
+                   "--out", blocker / "sub" / "out", "--no-parity")
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    # export's progress lines come first; the error is the last line, and the only one
+    errors = [ln for ln in err.splitlines() if ln.startswith("bertonnx: error:")]
+    assert errors == [err.strip().splitlines()[-1]] and str(blocker) in errors[0], err
