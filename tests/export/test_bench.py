@@ -196,3 +196,14 @@ def test_benchmark_script_smoke(cls_checkpoint, tmp_path):
     assert "b=4 s=16 throughput: bertonnx int8 / bertonnx fp32" in r["targets"]
     assert "targets (ratios measured side by side in this run)" in out.stdout
     assert (tmp_path / "work" / "bertonnx-int8" / "bertonnx.json").is_file()
+
+
+def test_cpu_time_script_smoke(cls_export):
+    graph = cls_export / "model.onnx"
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_time.py"), str(graph),
+                          str(graph), "--batch", "2", "--seq", "8", "--repeats", "2"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [ln for ln in out.stdout.splitlines() if str(graph) in ln]
+    assert len(rows) == 2 and "×" in rows[0]
+    assert float(rows[0].split()[1]) > 0  # CPU ms of a forward
