@@ -227,6 +227,11 @@ class Engine:
     forward: Callable[[dict], object] | None = None
     quantized: bool = False
     note: str = ""
+    model_name: str = ""     # row name in the model-only tables (default: name)
+
+    @property
+    def row(self) -> str:
+        return self.model_name or self.name
 
 
 def top_labels(task: str, results: list) -> list:
@@ -322,7 +327,7 @@ def hf_pipeline_engine(name: str, make_pipeline: Callable[[int], object], task: 
         if t < best_t:
             best, best_t = bs, t
     pipe = pipes[best]
-    return Engine(f"{name} (batch_size={best})",
+    return Engine(f"{name} (batch_size={best})", model_name=name.removesuffix(" pipeline"),
                   e2e=lambda xs: top_labels(task, _call_hf(pipe, task, xs, max_length)),
                   quantized=quantized, note=f"batch_size chosen from {list(batch_sizes)}")
 
@@ -479,7 +484,7 @@ def run_bench(engines: list[Engine], *, task: str, config: dict, inputs: list,
                 same = sum(a == b for a, b in zip(answers[name], ref))
                 row["agreement"] = same / len(ref)
             report.end_to_end[name] = row
-    fwd = {e.name: e for e in engines if e.forward is not None}
+    fwd = {e.row: e for e in engines if e.forward is not None}
     for seq in options.latency_seqs:
         say(f"latency b=1 s={seq}")
         feeds = random_feeds(1, seq, vocab, seed=seq)

@@ -81,7 +81,7 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_
     assert {i.name: list(i.dims) for i in fixed.graph.initializer}[emb.input[2]] == [4000, 128]
 
 
-@pytest.mark.parametrize("settings", [quantize.Int8Settings(True, "QInt8", True),
+@pytest.mark.parametrize("settings", [quantize.Int8Settings(True, "QUInt8", False),
                                       quantize.Int8Settings(False, "QInt8", False)])
 def test_other_int8_settings_are_recorded(checkpoints, tmp_path, settings):
     m = export_model(checkpoints["text-classification"], "text-classification", tmp_path / "q",
