@@ -70,3 +70,13 @@ def test_parity_on_a_non_export_is_one_line(tmp_path, checkpoints, capsys):
     rc = main(["parity", str(tmp_path), "--reference", str(checkpoints["fill-mask"])])
     err = capsys.readouterr().err
     assert rc == 2 and "bertonnx.json" in err and "Traceback" not in err
+
+
+def test_parity_refuses_a_reference_without_head_weights(exports, tmp_path, capsys):
+    from tests.export.conftest import make_checkpoint
+
+    body_only = make_checkpoint(tmp_path / "body", "feature-extraction")  # no MLM head
+    folder, _ = exports["fill-mask"]
+    rc = main(["parity", str(folder), "--reference", str(body_only)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "lacks head weights" in err and "Traceback" not in err
