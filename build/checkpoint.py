@@ -144,7 +144,11 @@ def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
         config = config.replace(id2label=id2label)
     elif num_labels is not None and num_labels != config.num_labels:
         config = config.with_labels(num_labels)
-    model = Bert(config, task)
+    # Heads the checkpoint lacks are drawn from a fixed seed (without touching the caller's RNG):
+    # two loads of the same folder are the same model, so `bertonnx parity --reference` holds.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Bert(config, task)
     ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
     if unknown:
         raise ArtifactError(

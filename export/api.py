@@ -240,15 +240,14 @@ def parity_report(folder: str | Path, reference: str | Path | Bert, *,
     folder = Path(folder)
     manifest = Manifest.read(folder)
     m = resolve_model(reference, manifest.task)
-    if getattr(m, "head_initialised", None):
-        # Missing head weights are drawn at random on every load: no export can match them.
-        raise ArtifactError(f"the reference lacks head weights ({', '.join(m.head_initialised[:3])}"
-                            f"{', ...' if len(m.head_initialised) > 3 else ''}), which load draws "
-                            "at random", "pass the checkpoint saved with its head "
-                            "(model.save_pretrained) as --reference")
     mode = manifest.quantization.get("mode", "none")
     tokenizer = load_tokenizer(folder)
     report = _figures(m, folder / MODEL_NAME, mode, tokenizer)
+    if getattr(m, "head_initialised", None):
+        # load_pretrained draws missing heads from a fixed seed, so the export of the same
+        # folder matches; say so, since such a head is not a trained one.
+        report["note"] = ("reference head initialised at load (seed 0): "
+                          + ", ".join(m.head_initialised[:3]))
     if per_layer:
         report["per_layer"] = parity.per_layer(m, folder / MODEL_NAME)
     return report
