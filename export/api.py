@@ -119,6 +119,24 @@ def _install(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
+
+
+def _remove_stale_partials(out: Path) -> None:
+    """Delete temp folders left by killed exports to `out` (their pid is in the name)."""
+    for p in out.parent.glob(f".{out.name}.partial-*"):
+        pid = p.name.rsplit(".partial-", 1)[1].split("-")[0]
+        if not pid.isdigit() or not _pid_alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def export_model(model: str | Path | Bert, task: str, out: str | Path,
                  options: ExportOptions = ExportOptions(), *,
                  progress: Callable[[str], None] | None = None) -> Manifest:
@@ -135,7 +153,8 @@ def export_model(model: str | Path | Bert, task: str, out: str | Path,
     tokenizer = load_tokenizer(tok_dir)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    _remove_stale_partials(out)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         manifest = _build(m, task, tmp, options, tokenizer, say, source=model)

@@ -76,6 +76,7 @@ def test_sigkill_leaves_nothing_that_looks_complete(tiny_checkpoint, tmp_path, r
                            capture_output=True, env=_cli_env(), timeout=300)
     assert rerun.returncode == 0, rerun.stderr.decode()[-1000:]
     assert load(out)("the [MASK] sat .")[0]["token_str"]
+    assert not _partials(out), "the re-run left the killed export's temp folder behind"
 
 
 def test_ctrl_c_cleans_up(tiny_checkpoint, tmp_path):
