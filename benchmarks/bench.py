@@ -62,14 +62,25 @@ def checkpoint(model: str, work: Path) -> Path:
     return out
 
 
-def ours(ckpt: Path, work: Path, quantize: str, fresh: bool) -> Path:
-    out = work / f"bertonnx-{'fp32' if quantize == 'none' else quantize}"
+def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = None) -> Path:
+    """Our export (reused when its manifest says it is the same source and settings).
+    `int8`: "default" or "per_channel,QInt8,reduce_range"-style overrides of Int8Settings."""
+    from bertonnx.export.quantize import Int8Settings
+
+    settings = None
+    if quantize == "int8" and int8 not in (None, "default"):
+        words = set(int8.split(","))
+        settings = Int8Settings(per_channel="per_channel" in words,
+                                weight_type="QInt8" if "QInt8" in words else "QUInt8",
+                                reduce_range="reduce_range" in words)
+    tag = "" if settings is None else "-" + int8.replace(",", "-")
+    out = work / f"bertonnx-{'fp32' if quantize == 'none' else quantize}{tag}"
     if not fresh and (out / "bertonnx.json").is_file():
         m = Manifest.read(out, verify=False)
         if m.source == str(ckpt) and m.quantization.get("mode") == quantize:
             return out
-    say(f"bertonnx export --quantize {quantize} -> {out}")
-    export_model(ckpt, TASK, out, ExportOptions(quantize=quantize, force=True))
+    say(f"bertonnx export --quantize {quantize} {int8 or ''} -> {out}")
+    export_model(ckpt, TASK, out, ExportOptions(quantize=quantize, force=True, int8=settings))
     return out
 
 
@@ -130,11 +141,9 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
     """ORTModel inside a transformers pipeline (end to end) and its raw session (model only),
     with the same thread count as ours."""
     import onnxruntime as ort
-    import torch
     from optimum.onnxruntime import ORTModelForSequenceClassification
     from transformers import AutoTokenizer, pipeline
 
-    torch.set_num_threads(threads)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     model = ORTModelForSequenceClassification.from_pretrained(folder, file_name=file_name,
@@ -207,20 +216,19 @@ def targets(r: B.Report, names: dict) -> dict:
     if o8_fwd and int8 in lat and "128" in lat[int8]:
         add("b=1 s=128 latency: bertonnx int8 / Optimum int8",
             lat[int8]["128"]["median"] / lat[o8_fwd]["128"]["median"], 0.75, False)
-    cli = next((n for n in cold if n.startswith("bertonnx CLI")), None)
     opt_cold = next((n for n in cold if n.startswith("Optimum")), None)
-    if cli:
-        add("cold start: bertonnx CLI wall seconds", cold[cli]["wall_s"]["median"], 1.0, False)
-    if cli and opt_cold:
-        add("cold start: bertonnx CLI peak RSS / Optimum script's",
-            cold[cli]["peak_rss_mib"] / cold[opt_cold]["peak_rss_mib"], 1 / 3, False)
+    for cli in (n for n in cold if n.startswith("bertonnx CLI")):
+        add(f"cold start: {cli} wall seconds", cold[cli]["wall_s"]["median"], 1.0, False)
+        if opt_cold:
+            add(f"cold start: {cli} peak RSS / {opt_cold}'s",
+                cold[cli]["peak_rss_mib"] / cold[opt_cold]["peak_rss_mib"], 1 / 3, False)
     return out
 
 
 def format_targets(t: dict) -> str:
     lines = ["", "targets (ratios measured side by side in this run)"]
     for name, row in t.items():
-        lines.append(f"  {name:<62} {row['value']:7.2f}  {row['rule']:<7} "
+        lines.append(f"  {name:<66} {row['value']:7.2f}  {row['rule']:<7.6} "
                      f"{'met' if row['met'] else 'MISSED'}")
     return "\n".join(lines)
 
@@ -238,6 +246,9 @@ def main(argv=None) -> int:
     ap.add_argument("--texts", type=int, help="end-to-end inputs (default 512)")
     ap.add_argument("--repeats", type=int, help="timed rounds (default 5)")
     ap.add_argument("--threads", type=int, help="intra-op threads (default: usable CPUs)")
+    ap.add_argument("--int8", default="default",
+                    help="int8 settings of our export: 'default' (the export's measured choice) "
+                         "or a comma list of per_channel, QInt8, reduce_range")
     ap.add_argument("--no-optimum", action="store_true", help="leave Optimum out")
     ap.add_argument("--no-cold-start", action="store_true")
     ap.add_argument("--json", type=Path, help="write the report here as JSON")
@@ -255,7 +266,7 @@ def main(argv=None) -> int:
     t_setup = time.perf_counter()
     ckpt = checkpoint(args.model, work)
     fp32_dir = ours(ckpt, work, "none", args.fresh)
-    int8_dir = ours(ckpt, work, "int8", args.fresh)
+    int8_dir = ours(ckpt, work, "int8", args.fresh, args.int8)
     use_optimum = not args.no_optimum and _has("optimum.onnxruntime")
     opt = optimum_artifacts(ckpt, work, args.fresh) if use_optimum else None
     say(f"artifacts ready in {time.perf_counter() - t_setup:.0f} s")
@@ -264,15 +275,20 @@ def main(argv=None) -> int:
     inputs = B.text_set(options.texts)
     report = B.Report(B.machine_info(threads), asdict(options))
     report.text_set = B.describe_texts(inputs, load_tokenizer(fp32_dir))
+    int8_info = Manifest.read(int8_dir, verify=False).quantization
     names = {"fp32": "bertonnx fp32 fused", "int8": "bertonnx int8 fused"}
+    report.machine["bertonnx_int8"] = {k: int8_info.get(k) for k in
+                                       ("per_channel", "weight_type", "reduce_range")}
     engines = [B.onnx_engine(names["fp32"], fp32_dir, threads, quantized=False),
                B.onnx_engine(names["int8"], int8_dir, threads, quantized=True)]
+    scratch = B.torch_engine(ckpt, TASK, threads, fp32_dir)  # picks torch's thread count
+    report.machine["torch_threads"] = scratch.note
     if opt:
         engines.append(optimum_engine("Optimum O2 (fp32) pipeline", *opt["fp32"], inputs,
                                       threads, options.pipeline_batch_sizes, False))
         engines.append(optimum_engine("Optimum int8 pipeline", *opt["int8"], inputs, threads,
                                       options.pipeline_batch_sizes, True))
-    engines.append(B.torch_engine(ckpt, TASK, threads, fp32_dir))
+    engines.append(scratch)
     engines.append(B.transformers_engine(ckpt, TASK, inputs, threads,
                                          options.pipeline_batch_sizes))
     with B.quiet_logs():

@@ -278,8 +278,9 @@ def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: 
     from bertonnx.runtime.pipelines.base import micro_batches
     from bertonnx.runtime.tokenizer import load_tokenizer
 
-    torch.set_num_threads(threads)
     model = load_pretrained(reference, task)
+    # process-wide: also what the transformers (and Optimum) pipelines get afterwards
+    torch_threads = best_torch_threads(model, threads, model.config.vocab_size)
     tok = load_tokenizer(tokenizer_dir)
     backend = tok.backend
     max_len = min(model.config.max_position_embeddings, tok.model_max_length or 512)
@@ -304,7 +305,35 @@ def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: 
                 out[i] = id2label.get(int(v), int(v)) if np.ndim(v) == 0 else None
         return out
 
-    return Engine("scratch torch (fp32)", e2e=e2e, forward=forward)
+    return Engine("scratch torch (fp32)", e2e=e2e, forward=forward,
+                  note=f"torch threads {torch_threads}")
+
+
+def best_torch_threads(model, threads: int, vocab: int) -> int:
+    """torch's thread count for the baselines: the faster of 1 and `threads` on a short and a
+    mid-size forward. Measured here: with a neighbour busy on one of 2 cores, torch's OpenMP
+    at 2 threads took 480 ms for a b=1 s=16 MiniLM forward that 1 thread does in 18 ms (each
+    parallel region waits for a descheduled thread); the baselines get their best setting."""
+    import torch
+
+    if threads <= 1:
+        return 1
+    feeds = [random_feeds(1, 16, vocab), random_feeds(8, 64, vocab)]
+    args = [[torch.from_numpy(f[n]) for n in INPUT_NAMES] for f in feeds]
+    cost = {}
+    for n in (1, threads):
+        torch.set_num_threads(n)
+        with torch.inference_mode():
+            for a in args:
+                model(*a)  # warm-up
+            t0 = time.perf_counter()
+            for _ in range(3):
+                for a in args:
+                    model(*a)
+        cost[n] = time.perf_counter() - t0
+    best = min(cost, key=cost.get)
+    torch.set_num_threads(best)
+    return best
 
 
 def hf_pipeline_task(task: str) -> str:
@@ -345,12 +374,9 @@ def _call_hf(pipe, task: str, inputs: list, max_length: int):
 
 def transformers_engine(reference: str | Path, task: str, inputs: list, threads: int,
                         batch_sizes: tuple[int, ...]) -> Engine:
-    import torch
     from transformers import pipeline
 
-    torch.set_num_threads(threads)
-
-    def make(bs):
+    def make(bs):  # torch's thread count: set by torch_engine (best_torch_threads)
         return pipeline(hf_pipeline_task(task), model=str(reference), tokenizer=str(reference),
                         device=-1, batch_size=bs)
 
@@ -543,7 +569,8 @@ def format_report(r: Report, baseline_e2e: str | None = None) -> str:
         f"bertonnx bench · {m['date']} · {m['cpu']}, {m['cores']} cores @ {m['clock_ghz']} GHz"
         f" · fp32 peak {m['peak_gflops']} GFLOP/s ({m['cores']} × {FLOP_PER_CYCLE} FLOP/cycle"
         f" × {m['clock_ghz']} GHz)",
-        f"threads {m['threads']} · load avg {' '.join(map(str, m['load_avg']))} · "
+        f"threads {m['threads']}{' (' + m['torch_threads'] + ')' if m.get('torch_threads') else ''}"
+        f" · load avg {' '.join(map(str, m['load_avg']))} · "
         + " · ".join(f"{k} {val}" for k, val in v.items()),
     ]
     if r.text_set:
@@ -619,6 +646,7 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     if reference is not None:
         say("loading the torch references")
         engines.append(torch_engine(reference, task, threads, folder))
+        report.machine["torch_threads"] = engines[-1].note
         engines.append(transformers_engine(reference, task, inputs, threads,
                                            options.pipeline_batch_sizes))
     with quiet_logs():
