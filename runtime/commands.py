@@ -259,3 +259,8 @@ def demo_answers(folder: Path) -> None:
     click.echo("answers through bertonnx.runtime (onnxruntime):")
     click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
     click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
+    # The embedded fill-mask default: an int8 export of the BERT pretrained here on tweets.
+    fill = _load("default", "fill-mask", None, None, 32)
+    text = "self-driving [MASK] are the future"
+    best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))
+    click.echo(f"  fill-mask (embedded int8 tweet BERT) {text!r}: {best}")

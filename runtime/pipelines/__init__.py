@@ -26,9 +26,25 @@ PIPELINES: dict[str, type[Pipeline]] = {p.task: p for p in (
 # transformers' other names for the same tasks
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
 
-__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
+__all__ = ["load", "resolve_export", "EMBEDDED", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
            "TextClassificationPipeline", "QuestionAnsweringPipeline",
            "TokenClassificationPipeline", "FeatureExtractionPipeline"]
+
+
+# Exports shipped inside the package, by task; `load("default")` picks the one for its task.
+EMBEDDED = {"fill-mask": Path(__file__).resolve().parent.parent / "models" / "tweet-mlm"}
+
+
+def resolve_export(path: str | Path, task: str | None = None) -> Path:
+    """`path` itself, or for the word "default" the embedded export of `task` (fill-mask)."""
+    if str(path) != "default":
+        return Path(path)
+    task = task or "fill-mask"
+    if task not in EMBEDDED:
+        raise ConfigError(f"no embedded default export for {task}",
+                          "export one with `bertonnx export default --task "
+                          f"{task} --out DIR` and pass DIR")
+    return EMBEDDED[task]
 
 
 def load(path: str | Path, *, task: str | None = None, providers=None,
@@ -43,6 +59,7 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
         task = TASK_ALIASES.get(task, task)
         if task not in PIPELINES:
             raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(PIPELINES)}")
+    path = resolve_export(path, task)
     manifest = Manifest.read(path)
     if task is not None and task != manifest.task:
         raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
