@@ -205,3 +205,20 @@ def test_threads_and_providers_reach_the_session(export_of):
     pipe = load(export_of("embed")[1], threads=1, providers="cpu")
     assert pipe.session.config.threads == 1
     assert pipe.session.providers == ["CPUExecutionProvider"]
+
+
+def test_micro_batches_respect_the_token_budget():
+    from types import SimpleNamespace
+
+    from bertonnx.runtime.pipelines.base import micro_batches
+
+    rng = np.random.default_rng(0)
+    lengths = list(rng.integers(3, 512, size=300)) + [600, 3]
+    encs = [SimpleNamespace(ids=[7] * n, type_ids=[0] * n) for n in lengths]
+    seen = []
+    for b in micro_batches(encs, batch_size=32, pad_id=0, max_tokens=2048):
+        B, T = b.input_ids.shape
+        assert B <= 32 and (B * T <= 2048 or B == 1)   # one over-long text still runs alone
+        assert list(b.lengths) == [lengths[i] for i in b.index]
+        seen.extend(b.index.tolist())
+    assert sorted(seen) == list(range(len(lengths)))    # every input exactly once

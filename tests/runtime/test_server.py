@@ -70,35 +70,15 @@ CASES = {
 # -- exports ---------------------------------------------------------------------------------
 
 
-def _export(root: Path, task: str) -> Path:
-    import torch
-    import transformers
-
-    from bertonnx.build import TASKS as BUILD_TASKS
-    from bertonnx.export import ExportOptions, export_model
-    from tests.conftest import VOCAB, perturb_, write_vocab
-
-    hf = root / f"hf-{task}"
-    labels = {"num_labels": 3} if "classification" in task else {}
-    if task == "token-classification":   # B-/I- tags so the aggregation strategies group
-        labels = {"id2label": {0: "O", 1: "B-LOC", 2: "I-LOC"},
-                  "label2id": {"O": 0, "B-LOC": 1, "I-LOC": 2}}
-    cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=37,
-                                  max_position_embeddings=64, **labels)
-    torch.manual_seed(0)
-    model = getattr(transformers, BUILD_TASKS[task].hf_class)(cfg).eval()
-    perturb_(model, 0)
-    model.save_pretrained(hf)
-    write_vocab(hf)
-    export_model(hf, task, root / f"onnx-{task}", ExportOptions(parity=False))
-    return root / f"onnx-{task}"
+# One tiny fp32 export per task, shared with the other runtime tests (tests/runtime/conftest.py).
+_SPEC_OF = {"fill-mask": "fill-mask", "text-classification": "classify",
+            "question-answering": "qa", "token-classification": "ner",
+            "feature-extraction": "embed"}
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve-exports")
-    return {task: _export(root, task) for task in TASKS}
+def exports(export_of):
+    return {task: export_of(_SPEC_OF[task])[1] for task in TASKS}
 
 
 @pytest.fixture(scope="module")

@@ -25,35 +25,19 @@ from bertonnx.runtime.triton import TritonOptions, write_repository
 
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
          "feature-extraction")
-LABELS = 3  # classification heads; fixed output dims are checked against it
+LABELS = 3  # the "classify" export's labels; fixed output dims are checked against it
+NER_LABELS = 5  # the "ner" export's BIO tags
 
 
-def _export(root: Path, task: str) -> Path:
-    import torch
-    import transformers
-
-    from bertonnx.build import TASKS as BUILD_TASKS
-    from bertonnx.export import ExportOptions, export_model
-    from tests.conftest import VOCAB, perturb_, write_vocab
-
-    hf = root / f"hf-{task}"
-    extra = {"num_labels": LABELS} if "classification" in task else {}
-    cfg = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=37,
-                                  max_position_embeddings=64, **extra)
-    torch.manual_seed(0)
-    model = getattr(transformers, BUILD_TASKS[task].hf_class)(cfg).eval()
-    perturb_(model, 0)
-    model.save_pretrained(hf)
-    write_vocab(hf)
-    export_model(hf, task, root / f"onnx-{task}", ExportOptions(parity=False))
-    return root / f"onnx-{task}"
+# One tiny fp32 export per task, shared with the other runtime tests (tests/runtime/conftest.py).
+_SPEC_OF = {"fill-mask": "fill-mask", "text-classification": "classify",
+            "question-answering": "qa", "token-classification": "ner",
+            "feature-extraction": "embed"}
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory):
-    root = tmp_path_factory.mktemp("triton-exports")
-    return {task: _export(root, task) for task in TASKS}
+def exports(export_of):
+    return {task: export_of(_SPEC_OF[task])[1] for task in TASKS}
 
 
 def _model_config_pb2():
@@ -138,7 +122,7 @@ def test_repository_files_and_config_fields(exports, pb2, tmp_path, task):
     expected_dims = {
         "fill-mask": {"logits": [-1, _vocab_size(exports[task])]},
         "text-classification": {"logits": [LABELS]},
-        "token-classification": {"logits": [-1, LABELS]},
+        "token-classification": {"logits": [-1, NER_LABELS]},
         "question-answering": {"start_logits": [-1], "end_logits": [-1]},
         "feature-extraction": {"last_hidden_state": [-1, 32]},
     }[task]
