@@ -82,6 +82,12 @@ def test_sigkill_leaves_nothing_that_looks_complete(tiny_checkpoint, tmp_path, r
 def test_ctrl_c_cleans_up(tiny_checkpoint, tmp_path):
     ckpt, out = tiny_checkpoint("fill-mask"), tmp_path / "export"
     rc, err = _export_and_interrupt(ckpt, out, signal.SIGINT, _temp_appeared)
+    if rc == 0:
+        # Seen once in a full-suite run: the SIGINT landed while the main thread was inside
+        # native code and never surfaced as KeyboardInterrupt; the export then ran to the end.
+        # That is acceptable only if what it left is a complete, sha256-verified export.
+        assert b"writing" in err and Manifest.read(out).files and not _partials(out)
+        return
     assert rc == 130, err.decode()[-1000:]
     # click turns KeyboardInterrupt into Abort: "aborted" (cli.main says "interrupted" if not)
     assert b"Traceback" not in err
