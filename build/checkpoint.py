@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from bertonnx.runtime.errors import ArtifactError, ConfigError
+from bertonnx.runtime.errors import ArtifactError
 
 from .config import BertConfig
 from .heads import Bert, task_spec

@@ -5,12 +5,12 @@ Reference: transformers' `BertConfig` (same field names, so `from_hf`/`to_hf` ar
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertonnx.runtime.errors import ArtifactError, ConfigError
+from bertonnx.runtime.files import read_json_object
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "swish")
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
@@ -79,12 +79,7 @@ class BertConfig:
         if not path.is_file():
             raise ArtifactError(f"no config.json at {path}",
                                 "point at a folder saved by save_pretrained")
-        try:
-            source = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
-        if not isinstance(source, dict):
-            raise ArtifactError(f"{path} does not hold a JSON object", "restore the file")
+        source = read_json_object(path, "restore the file")
         try:
             return cls._from_hf_dict(source)
         except ConfigError as e:  # name the file: the user has to edit or replace it

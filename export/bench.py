@@ -34,7 +34,7 @@ from typing import Callable
 import click
 import numpy as np
 
-from bertonnx.runtime.contract import INPUT_NAMES, MODEL_NAME
+from bertonnx.runtime.contract import INPUT_NAMES
 from bertonnx.runtime.errors import ArtifactError, InputError
 
 FLOP_PER_CYCLE = 32  # AVX2: 2 FMA units × 8 fp32 lanes × 2 FLOP (mul + add) per core per cycle

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .contract import EXPORT_TASKS, MANIFEST_NAME, MANIFEST_VERSION, MODEL_NAME
 from .errors import ArtifactError
+from .files import read_json_object
 
 
 def sha256(path: Path, chunk: int = 1 << 20) -> str:
@@ -70,12 +71,7 @@ class Manifest:
         if not path.is_file():
             raise ArtifactError(f"{folder} has no {MANIFEST_NAME}: not a bertonnx export "
                                 "(or an interrupted one)", "export it again with `bertonnx export`")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ArtifactError(f"{path} is not valid JSON ({e})", "export the model again") from e
-        if not isinstance(data, dict):
-            raise ArtifactError(f"{path} is not a manifest object", "export the model again")
+        data = read_json_object(path, "export the model again", what="a manifest object")
         version = data.get("version")
         if not isinstance(version, int) or isinstance(version, bool):
             raise ArtifactError(f"{path} has no schema version", "export the model again")

@@ -14,6 +14,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from .errors import ArtifactError, InputError
+from .files import read_json_object
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                    "special_tokens_map.json")
@@ -29,15 +30,7 @@ class Encoding:
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{path} is not valid JSON ({e})", "restore the file") from e
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path} is not a JSON object", "restore the file")
-    return data
+    return read_json_object(path, "restore the file") if path.is_file() else {}
 
 
 def _special(cfg: dict, specials: dict, name: str, default: str) -> str:
@@ -57,8 +50,10 @@ class WordPieceTokenizer:
 
     def __init__(self, backend: Tokenizer, *, cls_token="[CLS]", sep_token="[SEP]",
                  pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
-                 model_max_length: int | None = None, files: dict[str, bytes] | None = None):
+                 model_max_length: int | None = None, files: dict[str, bytes] | None = None,
+                 config: dict | None = None):
         self.backend = backend
+        self.config = config or {}  # tokenizer_config.json as read (empty when absent)
         self.cls_token, self.sep_token, self.pad_token = cls_token, sep_token, pad_token
         self.mask_token, self.unk_token = mask_token, unk_token
         self.model_max_length = model_max_length
@@ -83,13 +78,16 @@ class WordPieceTokenizer:
         tok = {n: _special(cfg, specials, n, d) for n, d in (
             ("cls_token", "[CLS]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
             ("mask_token", "[MASK]"), ("unk_token", "[UNK]"))}
-        if (folder / "tokenizer.json").is_file():
+        files = {n: (folder / n).read_bytes() for n in TOKENIZER_FILES if (folder / n).is_file()}
+        if "tokenizer.json" in files:
             try:
-                backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                text = files["tokenizer.json"].decode("utf-8")
+                backend = Tokenizer.from_str(text)
             except Exception as e:
                 raise ArtifactError(f"{folder / 'tokenizer.json'} cannot be read ({e})",
                                     "restore the file or remove it to use vocab.txt") from e
-            norm = json.loads(backend.to_str()).get("normalizer") or {}
+            # the file's own normalizer settings, without serialising the backend back to JSON
+            norm = json.loads(text).get("normalizer") or {}
             if norm.get("type") == "BertNormalizer" and any(
                     k in cfg and cfg[k] != norm.get(n) for k, n in (
                         ("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
@@ -106,8 +104,7 @@ class WordPieceTokenizer:
         max_len = cfg.get("model_max_length")
         if not isinstance(max_len, int) or max_len > 1_000_000:
             max_len = None  # transformers writes 1e30 for "unknown"
-        files = {n: (folder / n).read_bytes() for n in TOKENIZER_FILES if (folder / n).is_file()}
-        return cls(backend, model_max_length=max_len, files=files, **tok)
+        return cls(backend, model_max_length=max_len, files=files, config=cfg, **tok)
 
     @staticmethod
     def _from_vocab(vocab_file: Path, cfg: dict, tok: dict) -> Tokenizer:

@@ -7,7 +7,7 @@ results are written back in input order.
 """
 from __future__ import annotations
 
-import json
+
 import logging
 import threading
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from ..contract import MODEL_NAME, output_names
 from ..errors import ArtifactError, InputError
+from ..files import read_json_object
 from ..manifest import Manifest
 from ..postprocess import clean_up_tokenization
 from ..session import Session
@@ -48,9 +49,8 @@ class ExportFolder:
     def read(cls, path: str | Path, manifest: Manifest | None = None) -> "ExportFolder":
         path = Path(path)
         manifest = manifest or Manifest.read(path)
-        config = _read_json(path / "config.json")
-        tok_cfg = _read_json(path / "tokenizer_config.json", required=False)
-        return cls(path, manifest, config, load_tokenizer(path), tok_cfg)
+        tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
+        return cls(path, manifest, _read_json(path / "config.json"), tokenizer, tokenizer.config)
 
     @property
     def model_path(self) -> Path:
@@ -69,18 +69,10 @@ class ExportFolder:
         return {int(k): str(v) for k, v in raw.items()}
 
 
-def _read_json(path: Path, required: bool = True) -> dict:
+def _read_json(path: Path) -> dict:
     if not path.is_file():
-        if required:
-            raise ArtifactError(f"{path} is missing from the export", "export the model again")
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ArtifactError(f"{path} is not valid JSON ({e})", "export the model again") from e
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path} is not a JSON object", "export the model again")
-    return data
+        raise ArtifactError(f"{path} is missing from the export", "export the model again")
+    return read_json_object(path, "export the model again")
 
 
 @dataclass

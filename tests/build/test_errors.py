@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertonnx.build import BertConfig, build_model, load_pretrained, load_tokenizer, preset
+from bertonnx.build import BertConfig, load_pretrained, load_tokenizer, preset
 from bertonnx.runtime.errors import ArtifactError, BertOnnxError, ConfigError
 
 

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from bertonnx.export import ExportOptions, export_model
-from bertonnx.export import api, fusion, graph, parity
+from bertonnx.export import fusion, graph, parity
 from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MANIFEST_NAME, MODEL_NAME,
                                        PARITY_BATCHES, PARITY_SEQUENCES, output_names)
 from bertonnx.runtime.errors import ArtifactError, CheckFailed, TaskMismatchError

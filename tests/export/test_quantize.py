@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from bertonnx.export import ExportOptions, export_model, graph, parity, quantize
+from bertonnx.export import ExportOptions, export_model, graph, quantize
 from bertonnx.runtime.contract import INT8_MIN_AGREEMENT, MODEL_NAME
 
 from .conftest import EXPORT_TASKS, LAYERS

@@ -8,7 +8,6 @@ manifest, `load` refuses it, and the same export run again completes. An interru
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
