@@ -135,29 +135,31 @@ class Metrics:
     def render(self, *, ready: bool, queued: int) -> str:
         p = "bertonnx"
         with self._lock:
-            out = [f"# HELP {p}_requests_total Prediction requests answered, by HTTP status.",
-                   f"# TYPE {p}_requests_total counter"]
-            out += [f'{p}_requests_total{{status="{s}"}} {n}' for s, n in sorted(self.requests.items())]
-            out += [f"# HELP {p}_request_duration_seconds Time from request to answer.",
-                    f"# TYPE {p}_request_duration_seconds histogram"]
-            out += self.latency.render(f"{p}_request_duration_seconds")
-            out += [f"# HELP {p}_batch_size Inputs per pipeline call.",
-                    f"# TYPE {p}_batch_size histogram"]
-            out += self.batch_inputs.render(f"{p}_batch_size")
-            out += [f"# HELP {p}_batch_requests Requests merged into one pipeline call.",
-                    f"# TYPE {p}_batch_requests histogram"]
-            out += self.batch_requests.render(f"{p}_batch_requests")
-            out += [f"# HELP {p}_batch_duration_seconds Time of one pipeline call.",
-                    f"# TYPE {p}_batch_duration_seconds histogram"]
-            out += self.batch_seconds.render(f"{p}_batch_duration_seconds")
-            out += [f"# HELP {p}_batch_size_max Largest batch so far.",
-                    f"# TYPE {p}_batch_size_max gauge", f"{p}_batch_size_max {self.batch_max}",
-                    f"# HELP {p}_in_flight_requests Requests received and not yet answered.",
-                    f"# TYPE {p}_in_flight_requests gauge", f"{p}_in_flight_requests {self.in_flight}",
-                    f"# HELP {p}_queue_depth Requests waiting for a batch.",
-                    f"# TYPE {p}_queue_depth gauge", f"{p}_queue_depth {queued}",
-                    f"# HELP {p}_model_ready 1 once the model answers.",
-                    f"# TYPE {p}_model_ready gauge", f"{p}_model_ready {int(ready)}"]
+            # (name, type, help, sample lines): one row per metric, Prometheus text format 0.0.4
+            metrics = [
+                ("requests_total", "counter", "Prediction requests answered, by HTTP status.",
+                 [f'{p}_requests_total{{status="{s}"}} {n}'
+                  for s, n in sorted(self.requests.items())]),
+                ("request_duration_seconds", "histogram", "Time from request to answer.",
+                 self.latency.render(f"{p}_request_duration_seconds")),
+                ("batch_size", "histogram", "Inputs per pipeline call.",
+                 self.batch_inputs.render(f"{p}_batch_size")),
+                ("batch_requests", "histogram", "Requests merged into one pipeline call.",
+                 self.batch_requests.render(f"{p}_batch_requests")),
+                ("batch_duration_seconds", "histogram", "Time of one pipeline call.",
+                 self.batch_seconds.render(f"{p}_batch_duration_seconds")),
+                ("batch_size_max", "gauge", "Largest batch so far.",
+                 [f"{p}_batch_size_max {self.batch_max}"]),
+                ("in_flight_requests", "gauge", "Requests received and not yet answered.",
+                 [f"{p}_in_flight_requests {self.in_flight}"]),
+                ("queue_depth", "gauge", "Requests waiting for a batch.",
+                 [f"{p}_queue_depth {queued}"]),
+                ("model_ready", "gauge", "1 once the model answers.",
+                 [f"{p}_model_ready {int(ready)}"]),
+            ]
+        out = []
+        for name, kind, text, lines in metrics:
+            out += [f"# HELP {p}_{name} {text}", f"# TYPE {p}_{name} {kind}", *lines]
         return "\n".join(out) + "\n"
 
 
