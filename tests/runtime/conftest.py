@@ -98,3 +98,15 @@ def ours(export_of):
         return pipes[name]
 
     return get
+
+
+# The spec standing for each task where a test wants one export per task (server, Triton).
+SPEC_OF_TASK = {"fill-mask": "fill-mask", "text-classification": "classify",
+                "question-answering": "qa", "token-classification": "ner",
+                "feature-extraction": "embed"}
+
+
+@pytest.fixture(scope="session")
+def exports(export_of):
+    """{task: export dir}, one tiny fp32 export per task."""
+    return {task: export_of(name)[1] for task, name in SPEC_OF_TASK.items()}

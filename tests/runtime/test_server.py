@@ -70,17 +70,6 @@ CASES = {
 # -- exports ---------------------------------------------------------------------------------
 
 
-# One tiny fp32 export per task, shared with the other runtime tests (tests/runtime/conftest.py).
-_SPEC_OF = {"fill-mask": "fill-mask", "text-classification": "classify",
-            "question-answering": "qa", "token-classification": "ner",
-            "feature-extraction": "embed"}
-
-
-@pytest.fixture(scope="module")
-def exports(export_of):
-    return {task: export_of(_SPEC_OF[task])[1] for task in TASKS}
-
-
 @pytest.fixture(scope="module")
 def pipelines(exports):
     return {task: load(d) for task, d in exports.items()}

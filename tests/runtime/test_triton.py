@@ -29,17 +29,6 @@ LABELS = 3  # the "classify" export's labels; fixed output dims are checked agai
 NER_LABELS = 5  # the "ner" export's BIO tags
 
 
-# One tiny fp32 export per task, shared with the other runtime tests (tests/runtime/conftest.py).
-_SPEC_OF = {"fill-mask": "fill-mask", "text-classification": "classify",
-            "question-answering": "qa", "token-classification": "ner",
-            "feature-extraction": "embed"}
-
-
-@pytest.fixture(scope="module")
-def exports(export_of):
-    return {task: export_of(_SPEC_OF[task])[1] for task in TASKS}
-
-
 def _model_config_pb2():
     """tritonclient's generated model_config_pb2, loaded from its file.
 
