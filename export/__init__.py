@@ -1,4 +1,16 @@
-"""bertonnx.export — torch -> ONNX: the export contract, fusion, quantization, parity, manifest."""
-from .api import ExportOptions, check_parity, export_model
+"""bertonnx.export — torch -> ONNX: the export contract, fusion, quantization, parity, manifest.
+
+The names below are imported on first use (PEP 562), so a torch-free module of this package
+(the `bench` command) imports without torch.
+"""
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["ExportOptions", "export_model", "check_parity"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(importlib.import_module(".api", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -630,7 +630,10 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     from bertonnx.runtime.manifest import Manifest
     from bertonnx.runtime.tokenizer import load_tokenizer
 
-    folder = Path(folder)
+    from bertonnx.runtime.defaults import resolve_checkpoint, resolve_export
+
+    folder = resolve_export(folder)  # `default`: the shipped export; as a reference, MiniLM
+    reference = None if reference is None else resolve_checkpoint(reference)
     manifest = Manifest.read(folder)
     task = manifest.task
     threads = options.n_threads

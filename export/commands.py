@@ -38,7 +38,8 @@ def parity_line(figures: dict) -> str:
 
 @click.command()
 @click.argument("model")
-@click.option("--task", required=True, type=click.Choice(EXPORT_TASKS), help="What the graph answers.")
+@click.option("--task", type=click.Choice(EXPORT_TASKS), default=None,
+              help="What the graph answers [default: from config.json's architectures].")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Export folder.")
 @click.option("--opset", default=17, show_default=True, type=int)
 @click.option("--optimize/--no-optimize", default=True, show_default=True,
@@ -54,6 +55,11 @@ def export(model, task, out, opset, optimize, quantize, force, no_parity, tokeni
     """Export MODEL (a checkpoint folder, a hub id, or `default` for the bundled MiniLM) to ONNX."""
     from .api import ExportOptions, export_model
 
+    if task is None:
+        from bertonnx.build.checkpoint import infer_task
+
+        task = infer_task(model)
+        _progress(f"task {task} (from {model}'s config.json architectures)")
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
                          force=force, tokenizer=tokenizer)
     manifest = export_model(model, task, out, opts, progress=_progress)

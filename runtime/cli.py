@@ -7,49 +7,96 @@ export and training commands import torch when (and only when) they run. Every
 from __future__ import annotations
 
 import importlib
+import importlib.util  # `import importlib` alone does not bind importlib.util (wheel installs)
 import logging
 import sys
+from dataclasses import dataclass
 
 import click
 
-from .errors import BertOnnxError
+from .errors import BertOnnxError, ConfigError
 
-# name -> "module:function"; each module's command is a click.Command.
+
+@dataclass(frozen=True)
+class Command:
+    target: str              # "module:attr", a click.Command imported only when the command runs
+    summary: str             # the line `bertonnx --help` shows, without importing the module
+    extra: str | None = None  # the pip extra whose packages it needs
+
+
+# Each extra's packages, probed with find_spec on top-level names (which imports nothing).
+EXTRAS = {"torch": ("torch", "safetensors", "onnx"), "serve": ("starlette", "uvicorn")}
+
 COMMANDS = {
-    "demo": "bertonnx.export.commands:demo",
-    "export": "bertonnx.export.commands:export",
-    "parity": "bertonnx.export.commands:parity",
-    "bench": "bertonnx.export.bench:bench",
-    "export-triton": "bertonnx.runtime.triton:export_triton",
-    "fill-mask": "bertonnx.runtime.commands:fill_mask",
-    "classify": "bertonnx.runtime.commands:classify",
-    "qa": "bertonnx.runtime.commands:qa",
-    "tokens": "bertonnx.runtime.commands:tokens",
-    "embed": "bertonnx.runtime.commands:embed",
-    "serve": "bertonnx.runtime.server:serve",
-    "train-tokenizer": "bertonnx.build.commands:train_tokenizer",
-    "pretrain": "bertonnx.build.commands:pretrain",
-    "finetune": "bertonnx.build.commands:finetune",
+    "demo": Command("bertonnx.export.commands:demo",
+                    "Export the bundled MiniLM and show its parity and answers.", "torch"),
+    "export": Command("bertonnx.export.commands:export",
+                      "Export a checkpoint to fused (int8/fp16) ONNX with a parity report.",
+                      "torch"),
+    "parity": Command("bertonnx.export.commands:parity",
+                      "Check an export against its torch reference.", "torch"),
+    "bench": Command("bertonnx.export.bench:bench",
+                     "Measure an export: throughput, latency, cold start, size."),
+    "export-triton": Command("bertonnx.runtime.triton:export_triton",
+                             "Write a Triton model repository entry for an export."),
+    "fill-mask": Command("bertonnx.runtime.commands:fill_mask", "Predict [MASK] tokens."),
+    "classify": Command("bertonnx.runtime.commands:classify", "Classify texts or text pairs."),
+    "qa": Command("bertonnx.runtime.commands:qa", "Answer questions from a context."),
+    "tokens": Command("bertonnx.runtime.commands:tokens", "Label tokens (named entities)."),
+    "embed": Command("bertonnx.runtime.commands:embed", "Sentence embeddings and cosines."),
+    "serve": Command("bertonnx.runtime.server:serve",
+                     "Serve an export over HTTP with dynamic batching.", "serve"),
+    "train-tokenizer": Command("bertonnx.build.commands:train_tokenizer",
+                               "Learn a WordPiece vocabulary from text files.", "torch"),
+    "pretrain": Command("bertonnx.build.commands:pretrain",
+                        "Pretrain a BERT with masked-LM (and NSP).", "torch"),
+    "finetune": Command("bertonnx.build.commands:finetune",
+                        "Fine-tune a checkpoint for classification, tokens or QA.", "torch"),
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx):
-        return sorted(n for n in COMMANDS if self._available(n))
+def missing_extra(name: str) -> str | None:
+    """The extra command `name` needs and this install lacks, or None."""
+    extra = COMMANDS[name].extra
+    if extra and any(importlib.util.find_spec(m) is None for m in EXTRAS[extra]):
+        return extra
+    return None
 
-    @staticmethod
-    def _available(name: str) -> bool:
-        module = COMMANDS[name].split(":")[0]
-        try:
-            return importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            return False
+
+def _needs_extra(name: str, extra: str) -> click.Command:
+    """Stands in for a command whose extra is not installed: any use, --help included, is
+    one line naming the extra."""
+    def fail(args):
+        raise ConfigError(f"{name} needs the {extra} extra", f"pip install 'bertonnx[{extra}]'")
+
+    return click.Command(name, callback=fail, help=COMMANDS[name].summary, add_help_option=False,
+                         params=[click.Argument(["args"], nargs=-1)],
+                         context_settings={"ignore_unknown_options": True})
+
+
+class LazyGroup(click.Group):
+    """Lists every command from the table; imports a command's module only to run it."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
 
     def get_command(self, ctx, name):
-        if name not in COMMANDS or not self._available(name):
+        if name not in COMMANDS:
             return None
-        module, attr = COMMANDS[name].split(":")
+        extra = missing_extra(name)
+        if extra:
+            return _needs_extra(name, extra)
+        module, attr = COMMANDS[name].target.split(":")
         return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name in self.list_commands(ctx):
+            extra = missing_extra(name)
+            note = f" [needs: pip install 'bertonnx[{extra}]']" if extra else ""
+            rows.append((name, COMMANDS[name].summary + note))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -16,6 +16,22 @@ from .errors import InputError
 from .io import read_inputs, texts_of
 
 
+class Renamed(click.Option):
+    """An option named as the pipeline argument it sets, whose older spellings (`old`) still
+    work but are not shown in --help."""
+
+    def __init__(self, decls, *, old=(), **kw):
+        super().__init__([*decls, *old], **kw)
+        self.old = set(old)
+
+    def get_help_record(self, ctx):
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.old]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
 def _common(f):
     """Flags every inference command takes."""
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
@@ -46,7 +62,16 @@ def _gather(texts: tuple[str, ...], input_file) -> tuple[list, bool]:
 
 
 def _echo_json(obj) -> None:
+    """The library's own result, as JSON (arrays as nested lists)."""
+    if isinstance(obj, np.ndarray) or (isinstance(obj, list) and obj
+                                       and isinstance(obj[0], np.ndarray)):
+        obj = np.asarray(obj).tolist()
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+def _one_or_all(items: list, single: bool):
+    """What the library is called with: the one input as given, or the list."""
+    return items[0] if single else items
 
 
 def _table(rows: list[list], headers: list[str]) -> None:
@@ -80,10 +105,10 @@ def fill_mask(folder, threads, providers, batch_size, as_json, texts, input_file
     items = texts_of(items, input_file)
     pipe = _load(folder, "fill-mask", providers, threads, batch_size)
     tgt = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
-    out = pipe(items, top_k=top_k, targets=tgt)
+    out = pipe(_one_or_all(items, single), top_k=top_k, targets=tgt)
     if as_json:
-        return _echo_json(out[0] if single else out)
-    for text, res in zip(items, out):
+        return _echo_json(out)
+    for text, res in zip(items, [out] if single else out):
         click.echo(text)
         per_mask = res if res and isinstance(res[0], list) else [res]
         for m, props in enumerate(per_mask):
@@ -100,9 +125,11 @@ def fill_mask(folder, threads, providers, batch_size, as_json, texts, input_file
 @_input_option
 @click.option("--pair", "text_pair", default=None, metavar="TEXT",
               help="Second text of a pair (for one TEXT); JSONL takes {\"text\", \"text_pair\"}.")
-@click.option("--top-k", default="1", show_default=True, metavar="N|all",
-              help="Labels to show per text; 'all' for every label.")
-@click.option("--function", "function_to_apply", default="default", show_default=True,
+@click.option("--top-k", default=None, metavar="N|all",
+              help="Labels per text, sorted; 'all' for every label [default: the best one, "
+                   "in transformers' flat shape].")
+@click.option("--function-to-apply", "function_to_apply", cls=Renamed, old=("--function",),
+              default="default", show_default=True,
               type=click.Choice(["default", "sigmoid", "softmax", "none"]))
 def classify(folder, threads, providers, batch_size, as_json, texts, input_file, text_pair,
              top_k, function_to_apply):
@@ -112,13 +139,17 @@ def classify(folder, threads, providers, batch_size, as_json, texts, input_file,
         if len(items) != 1 or input_file:
             raise InputError("--pair goes with exactly one TEXT", "use JSONL for many pairs")
         items = [{"text": items[0], "text_pair": text_pair}]
-    k = None if top_k == "all" else _positive_int(top_k, "--top-k")
+    from .pipelines.text_classification import LEGACY
+
+    k = LEGACY if top_k is None else None if top_k == "all" else _positive_int(top_k, "--top-k")
     pipe = _load(folder, "text-classification", providers, threads, batch_size)
-    out = pipe(items, top_k=k, function_to_apply=function_to_apply)
+    out = pipe(_one_or_all(items, single), top_k=k, function_to_apply=function_to_apply)
     if as_json:
-        return _echo_json(out[0] if single else out)
+        return _echo_json(out)
+    per_item = [out if isinstance(out, list) else [out]] if single else out
     rows = []
-    for item, labels in zip(items, out):
+    for item, labels in zip(items, per_item):
+        labels = [labels] if isinstance(labels, dict) else labels
         text = item if isinstance(item, str) else " | ".join(
             v for v in (item.get("text"), item.get("text_pair")) if v)
         for j, lab in enumerate(labels):
@@ -172,13 +203,14 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
                              "pass --question Q --context C, or --input FILE")
         items, single = [{"question": question, "context": context}], True
     pipe = _load(folder, "question-answering", providers, threads, batch_size)
-    out = pipe(items, top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
-               max_seq_len=max_seq_len, max_question_len=max_question_len,
+    out = pipe(_one_or_all(items, single), top_k=top_k, doc_stride=doc_stride,
+               max_answer_len=max_answer_len, max_seq_len=max_seq_len,
+               max_question_len=max_question_len,
                handle_impossible_answer=handle_impossible_answer, align_to_words=align_to_words)
     if as_json:
-        return _echo_json(out[0] if single else out)
+        return _echo_json(out)
     rows = []
-    for item, answers in zip(items, out):
+    for item, answers in zip(items, [out] if single else out):
         answers = [answers] if isinstance(answers, dict) else answers
         for j, a in enumerate(answers):
             rows.append([_short(item.get("question", "")) if j == 0 else "",
@@ -190,7 +222,8 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
 @_common
 @click.argument("texts", nargs=-1, metavar="TEXT...")
 @_input_option
-@click.option("--aggregation", "aggregation_strategy", default="none", show_default=True,
+@click.option("--aggregation-strategy", "aggregation_strategy", cls=Renamed,
+              old=("--aggregation",), default="none", show_default=True,
               type=click.Choice(["none", "simple", "first", "average", "max"]))
 @click.option("--ignore-labels", default="O", show_default=True, metavar="LABELS",
               help="Comma-separated labels not to show ('' shows all).")
@@ -203,12 +236,12 @@ def tokens(folder, threads, providers, batch_size, as_json, texts, input_file,
     items = texts_of(items, input_file)
     pipe = _load(folder, "token-classification", providers, threads, batch_size)
     ignore = [x for x in ignore_labels.split(",") if x]
-    out = pipe(items, aggregation_strategy=aggregation_strategy, ignore_labels=ignore,
-               stride=stride)
+    out = pipe(_one_or_all(items, single), aggregation_strategy=aggregation_strategy,
+               ignore_labels=ignore, stride=stride)
     if as_json:
-        return _echo_json(out[0] if single else out)
+        return _echo_json(out)
     key = "entity" if aggregation_strategy == "none" else "entity_group"
-    for text, ents in zip(items, out):
+    for text, ents in zip(items, [out] if single else out):
         click.echo(_short(text, 100))
         if not ents:
             click.echo("  (no entities)")
@@ -231,9 +264,9 @@ def embed(folder, threads, providers, batch_size, as_json, texts, input_file, po
     items, single = _gather(texts, input_file)
     items = texts_of(items, input_file)
     pipe = _load(folder, "feature-extraction", providers, threads, batch_size)
-    vecs = pipe(items, pooling=pooling, normalize=normalize, return_tensors=True)
     if as_json:
-        return _echo_json(vecs.tolist()[0] if single else vecs.tolist())
+        return _echo_json(pipe(_one_or_all(items, single), pooling=pooling, normalize=normalize))
+    vecs = pipe(items, pooling=pooling, normalize=normalize, return_tensors=True)
     from .postprocess import cosine_matrix
 
     click.echo(f"{len(items)} vector(s) of {vecs.shape[1]} dimensions "

@@ -35,6 +35,7 @@ import click
 import numpy as np
 
 from .batching import BatchConfig, DynamicBatcher
+from .defaults import resolve_export
 from .errors import ArtifactError, BertOnnxError, InputError
 from .manifest import Manifest
 
@@ -515,7 +516,7 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain)."""
     import uvicorn
 
-    model_dir = Path(model_dir)
+    model_dir = resolve_export(model_dir)  # `default`: the shipped export (runtime/defaults.py)
     manifest = Manifest.read(model_dir, verify=False)  # a wrong folder fails here, in one line
     if options.max_body_bytes < 1:
         raise InputError(f"max body bytes must be ≥ 1, got {options.max_body_bytes}",

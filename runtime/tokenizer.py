@@ -165,4 +165,7 @@ class WordPieceTokenizer:
 
 
 def load_tokenizer(path: str | Path) -> WordPieceTokenizer:
-    return WordPieceTokenizer.from_dir(path)
+    """The tokenizer of a model or export folder (`default`: the default checkpoint's)."""
+    from .defaults import resolve_checkpoint
+
+    return WordPieceTokenizer.from_dir(resolve_checkpoint(path))

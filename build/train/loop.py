@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertonnx.runtime.errors import ArtifactError, InputError
+from bertonnx.runtime.progress import Progress
 
 from ..checkpoint import convert_state_dict, read_state_dict, save_pretrained
 from .config import TrainConfig
@@ -49,6 +50,7 @@ class TrainData:
     count: Callable[[dict], torch.Tensor]                     # terms that mean averages over
     evaluate: Callable[[nn.Module], dict] | None = None       # rank 0, eval mode
     save_extra: Callable[[Path], None] | None = None          # e.g. write the tokenizer
+    inputs: tuple[str, ...] = MODEL_INPUTS                    # batch keys passed to forward
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,6 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------
     def fit(self) -> dict | None:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from tqdm import tqdm
 
         cfg, env = self.cfg, self.env
         if env.main:
@@ -245,8 +246,7 @@ class Trainer:
         net = DDP(self.model) if env.world > 1 else self.model
         amp = autocast_dtype(cfg, env.device)
         scaler = torch.amp.GradScaler(enabled=amp == torch.float16)
-        bar = tqdm(total=self.total, initial=start, disable=not (cfg.progress and env.main),
-                   desc="train", dynamic_ncols=True)
+        bar = Progress(self.total, "train", initial=start, enabled=cfg.progress and env.main)
         t0, tokens, result = time.perf_counter(), 0, None
         for step in range(start, self.total):
             torch.manual_seed(cfg.seed * 1_000_003 + step * env.world + env.rank)
@@ -259,7 +259,7 @@ class Trainer:
                 with (contextlib.nullcontext() if sync else net.no_sync()):
                     with torch.autocast(env.device.type, dtype=amp or torch.float32,
                                         enabled=amp is not None):
-                        out = net(**{k: b[k] for k in MODEL_INPUTS})
+                        out = net(**{k: b[k] for k in self.data.inputs})
                     loss = self.data.loss(out, b) if c > 0 else _zero_loss(out)
                     scaler.scale(loss * (c * env.world / n_global)).backward()
                 step_loss += loss.detach().float() * c

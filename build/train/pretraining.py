@@ -25,7 +25,7 @@ from ..config import BertConfig, preset
 from ..heads import Bert
 from ..losses import IGNORE, loss_items, mlm_loss, pretraining_loss
 from .config import PretrainConfig
-from .loop import TrainData, Trainer, setup_distributed
+from .loop import MODEL_INPUTS, TrainData, Trainer, setup_distributed
 from .masking import mask_tokens, sample_uniform
 
 log = logging.getLogger("bertonnx")
@@ -170,6 +170,7 @@ class Masker:
                                      vocab_size=self.V, probability=self.p, word_start=word_start)
         batch = {k: v[idx] for k, v in feats.items()}
         batch["input_ids"], batch["labels"] = masked, labels
+        batch["mlm_positions"] = labels != IGNORE
         return batch
 
 
@@ -256,9 +257,10 @@ def pretrain(cfg: PretrainConfig) -> dict | None:
         return masker(feats, idx, cfg.train.seed * 7_919 + epoch * 1_000_033)
 
     def loss(out, b):
+        labels = b["labels"][b["mlm_positions"]]  # the model decoded these positions only
         if cfg.nsp:
-            return pretraining_loss(out[0], out[1], b["labels"], b["next_sentence_label"])
-        return mlm_loss(out, b["labels"])
+            return pretraining_loss(out[0], out[1], labels, b["next_sentence_label"])
+        return mlm_loss(out, labels)
 
     def evaluate(m):
         r = mlm_accuracy(m, eval_feats, masker, unigram_id)
@@ -268,7 +270,7 @@ def pretrain(cfg: PretrainConfig) -> dict | None:
     data = TrainData(n=feats["input_ids"].shape[0], make_batch=make_batch, loss=loss,
                      count=lambda b: loss_items(cfg.task, b),
                      evaluate=evaluate if eval_feats is not None else None,
-                     save_extra=tok.save)
+                     save_extra=tok.save, inputs=(*MODEL_INPUTS, "mlm_positions"))
     env = setup_distributed()
     if env.main:
         log.info("pretrain: %d training sequences of %d tokens, %d held-out sequences",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..defaults import resolve_export
 from ..errors import ConfigError, TaskMismatchError
 from ..manifest import Manifest
 from ..session import create_session
@@ -26,31 +27,16 @@ PIPELINES: dict[str, type[Pipeline]] = {p.task: p for p in (
 # transformers' other names for the same tasks
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
 
-__all__ = ["load", "resolve_export", "EMBEDDED", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
+__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
            "TextClassificationPipeline", "QuestionAnsweringPipeline",
            "TokenClassificationPipeline", "FeatureExtractionPipeline"]
-
-
-# Exports shipped inside the package, by task; `load("default")` picks the one for its task.
-EMBEDDED = {"fill-mask": Path(__file__).resolve().parent.parent / "models" / "tweet-mlm"}
-
-
-def resolve_export(path: str | Path, task: str | None = None) -> Path:
-    """`path` itself, or for the word "default" the embedded export of `task` (fill-mask)."""
-    if str(path) != "default":
-        return Path(path)
-    task = task or "fill-mask"
-    if task not in EMBEDDED:
-        raise ConfigError(f"no embedded default export for {task}",
-                          "export one with `bertonnx export default --task "
-                          f"{task} --out DIR` and pass DIR")
-    return EMBEDDED[task]
 
 
 def load(path: str | Path, *, task: str | None = None, providers=None,
          threads: int | None = None, optimization: str = "all",
          batch_size: int = DEFAULT_BATCH_SIZE) -> Pipeline:
-    """The pipeline for the export at `path`: manifest read and sha256-verified, one session.
+    """The pipeline for the export at `path` (or `"default"`: the shipped export of `task`,
+    bertonnx.runtime.defaults): manifest read and sha256-verified, one session.
 
     `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers`
     ("cpu", "cuda", "tensorrt" or onnxruntime names, a list or comma-separated) default to CPU.

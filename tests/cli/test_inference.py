@@ -35,20 +35,38 @@ def test_json_equals_library(capsys, export_of, ours):
     assert_same(run_json(capsys, "classify", d["classify"], "the cat", "a dog", "--top-k", "all"),
                 ours("classify")(["the cat", "a dog"], top_k=None))
     assert_same(run_json(capsys, "classify", d["classify"], "the cat", "--pair", "a dog",
-                         "--function", "sigmoid"),
-                ours("classify")([{"text": "the cat", "text_pair": "a dog"}], top_k=1,
-                                 function_to_apply="sigmoid")[0])
+                         "--function-to-apply", "sigmoid"),
+                ours("classify")({"text": "the cat", "text_pair": "a dog"},
+                                 function_to_apply="sigmoid"))
+    # no --top-k: transformers' flat shape, exactly what the library returns
+    assert_same(run_json(capsys, "classify", d["classify"], "the cat"),
+                ours("classify")("the cat"))
+    flat = run_json(capsys, "classify", d["classify"], "the cat", "a dog")
+    assert_same(flat, ours("classify")(["the cat", "a dog"]))
+    assert all(isinstance(r, dict) for r in flat)
     ctx = " ".join(["the cat sat on the mat and the dog ran to the river ."] * 6)
     assert_same(run_json(capsys, "qa", d["qa"], "-q", "where?", "-c", ctx, "--top-k", 3,
                          "--doc-stride", 16, "--handle-impossible-answer"),
                 ours("qa")(question="where?", context=ctx, top_k=3, doc_stride=16,
                            handle_impossible_answer=True))
     assert_same(run_json(capsys, "tokens", d["ner"], "the players walked to paris",
-                         "--aggregation", "first", "--ignore-labels", ""),
+                         "--aggregation-strategy", "first", "--ignore-labels", ""),
                 ours("ner")("the players walked to paris", aggregation_strategy="first",
                             ignore_labels=[]))
     vec = run_json(capsys, "embed", d["embed"], "the cat", "--no-normalize")
     assert_same(vec, ours("embed")("the cat"))
+
+
+def test_old_flag_spellings_work_but_are_hidden(capsys, export_of, ours):
+    d = export_of("classify")[1]
+    assert_same(run_json(capsys, "classify", d, "the cat", "--function", "sigmoid"),
+                run_json(capsys, "classify", d, "the cat", "--function-to-apply", "sigmoid"))
+    assert_same(run_json(capsys, "tokens", export_of("ner")[1], "a b", "--aggregation", "max"),
+                ours("ner")("a b", aggregation_strategy="max"))
+    for cmd, new, old in (("classify", "--function-to-apply", "--function "),
+                          ("tokens", "--aggregation-strategy", "--aggregation ")):
+        rc, out, _ = run(capsys, cmd, "--help")
+        assert new in out and old not in out
 
 
 def test_tables(capsys, export_of):
@@ -69,7 +87,7 @@ def test_input_files(capsys, export_of, ours, tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_bytes("\ufeffthe cat sat\r\n\r\na dog ran\r\n".encode("utf-8"))  # BOM + CRLF
     got = run_json(capsys, "classify", export_of("classify")[1], "--input", plain)
-    assert_same(got, ours("classify")(["the cat sat", "a dog ran"], top_k=1))
+    assert_same(got, ours("classify")(["the cat sat", "a dog ran"]))
     jsonl = tmp_path / "pairs.jsonl"
     jsonl.write_text('{"text": "the cat", "text_pair": "a dog"}\n"paris"\n', encoding="utf-8")
     got = run_json(capsys, "classify", export_of("classify")[1], "--input", jsonl, "--top-k", 2)

@@ -1,0 +1,161 @@
+"""Build an English pretraining corpus from Debian packages installable offline, and score a
+fill-mask export on the project's cloze set.
+
+Sources (`apt-get install wordnet-base fortunes fortunes-min dict-gcide`):
+- WordNet 3.0 (`/usr/share/wordnet/data.{noun,verb,adj,adv}`): each synset's gloss as
+  "LEMMA: DEFINITION." and each quoted example sentence on its own line;
+- fortune cookies (`/usr/share/games/fortunes/*`, the files without .dat/.u8): one quote a line;
+- GCIDE, the 1913 Webster (`/usr/share/dictd/gcide.dict.dz`): definition paragraphs with the
+  markup removed, at most --gcide-lines of them (the dictionary is large and archaic).
+
+Every line that contains a cloze sentence (filled with its expected word, case and spacing
+ignored) is dropped, so the cloze score measures English, not recall. Lines are shuffled with
+--seed; one document per source paragraph is not needed (no NSP), so the output has no blank
+lines.
+
+    python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines 150000]
+    python scripts/english_corpus.py cloze EXPORT_DIR [--json]    # top-1 / top-5 on the set
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+from pathlib import Path
+
+CLOZE = Path(__file__).resolve().parent / "data" / "cloze_en.tsv"
+WORDNET = Path("/usr/share/wordnet")
+FORTUNES = Path("/usr/share/games/fortunes")
+GCIDE = Path("/usr/share/dictd/gcide.dict.dz")
+
+
+def read_cloze(path: Path = CLOZE) -> list[tuple[str, tuple[str, ...]]]:
+    """(sentence with one [MASK], accepted answers) pairs."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            text, answers = line.split("\t")
+            assert text.count("[MASK]") == 1, text
+            rows.append((text, tuple(answers.split("|"))))
+    return rows
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+def wordnet_lines():
+    for pos in ("noun", "verb", "adj", "adv"):
+        for line in (WORDNET / f"data.{pos}").read_text(encoding="latin-1").splitlines():
+            if line.startswith("  ") or " | " not in line:
+                continue  # the licence header
+            head, gloss = line.split(" | ", 1)
+            lemma = head.split()[4].replace("_", " ")
+            lemma = re.sub(r"\(.*?\)$", "", lemma)  # adjective markers like (a), (p)
+            parts = [p.strip() for p in gloss.strip().split(";") if p.strip()]
+            defs = [p for p in parts if not p.startswith('"')]
+            if defs:
+                yield f"{lemma}: {'; '.join(defs)}."
+            for p in parts:
+                if p.startswith('"') and len(p.split()) >= 4:
+                    yield p.strip('"').strip()
+
+
+def fortune_lines():
+    for f in sorted(FORTUNES.iterdir()):
+        if f.suffix in (".dat", ".u8") or not f.is_file() or f.name.startswith("."):
+            continue
+        for quote in f.read_text(encoding="utf-8", errors="replace").split("\n%\n"):
+            text = " ".join(quote.split())
+            letters = sum(c.isalpha() for c in text)
+            if 20 <= len(text) <= 400 and letters > 0.7 * len(text.replace(" ", "")):
+                yield text
+
+
+def gcide_lines(limit: int):
+    with gzip.open(GCIDE, "rt", encoding="utf-8", errors="replace") as f:
+        paragraphs = f.read().split("\n\n")
+    n = 0
+    for para in paragraphs:
+        text = " ".join(para.split())
+        if text[:60].count("\\") >= 2:  # `Word \Wo"rd\, n. (Geom.) DEFINITION`: drop the head
+            text = re.sub(r"^.*?\\[^\\]*\\,?\s*(\w+\.\s*)*(\([^)]*\)\s*)*", "", text)
+        text = re.sub(r"\[[^\]]*\]|[{}]|--[A-Z][\w. &]*", "", text)
+        text = " ".join(text.split())
+        if len(text.split()) >= 6 and sum(c.isalpha() for c in text) > 0.75 * len(text):
+            yield text
+            n += 1
+            if n >= limit:
+                return
+
+
+def build_corpus(out: Path, seed: int, gcide: int) -> dict:
+    filled = [_norm(t.replace("[MASK]", a[0])) for t, a in read_cloze()]
+    counts, lines, dropped = {}, [], 0
+    for name, source in (("wordnet", wordnet_lines()), ("fortunes", fortune_lines()),
+                         ("gcide", gcide_lines(gcide))):
+        seen = 0
+        for line in source:
+            norm = _norm(line)
+            if any(s in norm for s in filled):
+                dropped += 1
+                continue
+            lines.append(line)
+            seen += 1
+        counts[name] = seen
+    lines = list(dict.fromkeys(lines))
+    random.Random(seed).shuffle(lines)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"lines": len(lines), "words": sum(len(x.split()) for x in lines),
+            "by_source": counts, "dropped_cloze_lines": dropped, "out": str(out)}
+
+
+def score_cloze(export_dir: str) -> dict:
+    from bertonnx.runtime import load
+
+    fill = load(export_dir, task="fill-mask")
+    mask = fill.mask_token
+    rows = read_cloze()
+    results = fill([t.replace("[MASK]", mask) for t, _ in rows], top_k=5)
+    top1 = top5 = 0
+    detail = []
+    for (text, answers), res in zip(rows, results):
+        words = [r["token_str"].strip().lower() for r in res]
+        top1 += words[0] in answers
+        top5 += any(w in answers for w in words)
+        detail.append({"text": text, "expected": answers, "top5": words})
+    n = len(rows)
+    return {"sentences": n, "top1": top1, "top5": top5, "top1_rate": round(top1 / n, 3),
+            "top5_rate": round(top5 / n, 3), "detail": detail}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("corpus")
+    c.add_argument("out", type=Path)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--gcide-lines", type=int, default=150_000)
+    s = sub.add_parser("cloze")
+    s.add_argument("export")
+    s.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if a.cmd == "corpus":
+        print(json.dumps(build_corpus(a.out, a.seed, a.gcide_lines), indent=2))
+        return
+    r = score_cloze(a.export)
+    if a.json:
+        print(json.dumps(r, indent=2))
+        return
+    for d in r["detail"]:
+        ok = "+" if d["top5"][0] in d["expected"] else ("5" if set(d["top5"]) & set(d["expected"]) else " ")
+        print(f"{ok} {d['text']:<60} {'/'.join(d['expected']):<22} {', '.join(d['top5'])}")
+    print(f"top-1 {r['top1']}/{r['sentences']} ({r['top1_rate']:.0%}), "
+          f"top-5 {r['top5']}/{r['sentences']} ({r['top5_rate']:.0%})")
+
+
+if __name__ == "__main__":
+    main()

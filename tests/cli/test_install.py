@@ -1,0 +1,109 @@
+"""The product as users get it: an sdist and a wheel built from this tree, the wheel installed
+non-editable into a clean venv without torch, and the inference CLI run there.
+
+An editable install hides packaging mistakes (a module that only imports by accident, a data
+file left out of the wheel, a command that needs an extra); this test is the one that sees them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# what a clean clone holds that the build does not need (or that a dev tree adds)
+SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "artifacts", ".setuptools-build",
+                              "*.egg-info", "__pycache__", ".pytest_cache", "dist", ".bench")
+
+pytestmark = pytest.mark.slow
+
+
+def _run(argv, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env,
+                          timeout=kw.pop("timeout", 600), **kw)
+
+
+@pytest.fixture(scope="module")
+def user_venv(tmp_path_factory):
+    """(venv bin folder, built files): sdist -> wheel (built from the sdist), wheel installed."""
+    tmp = tmp_path_factory.mktemp("install")
+    src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
+    shutil.copytree(ROOT, src, ignore=SKIP)
+    # run from `tmp`: in the source tree `-m build` would import our build/ folder
+    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, src],
+                 cwd=tmp)
+    assert built.returncode == 0, built.stderr[-3000:]
+    files = sorted(p.name for p in dist.iterdir())
+    wheel = next(dist.glob("*.whl"))
+    made = _run([sys.executable, "-m", "venv", venv], cwd=tmp)
+    assert made.returncode == 0, made.stderr
+    pip = _run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", wheel], cwd=tmp)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    return venv / "bin", files
+
+
+def test_sdist_and_wheel_are_built(user_venv):
+    _, files = user_venv
+    assert any(f.endswith(".tar.gz") for f in files) and any(f.endswith(".whl") for f in files)
+
+
+def test_the_base_install_has_no_torch(user_venv):
+    bin_, _ = user_venv
+    probe = _run([bin_ / "python", "-c", "import importlib.util as u; "
+                  "print([m for m in ('torch', 'onnx', 'transformers', 'starlette') "
+                  "if u.find_spec(m)])"], cwd=bin_)
+    assert probe.stdout.strip() == "[]", probe.stdout + probe.stderr
+
+
+def test_fill_mask_default_from_the_wheel(user_venv):
+    bin_, _ = user_venv
+    r = _run([bin_ / "bertonnx", "fill-mask", "default", "Paris is the [MASK] of France.",
+              "--json"], cwd=bin_)
+    assert r.returncode == 0, r.stderr
+    answers = json.loads(r.stdout)
+    assert len(answers) == 5 and all({"score", "token_str", "sequence"} <= set(a) for a in answers)
+
+
+def test_classify_an_export_made_by_the_full_install(user_venv, export_of, ours):
+    bin_, _ = user_venv
+    r = _run([bin_ / "bertonnx", "classify", export_of("classify")[1], "the cat", "a dog",
+              "--top-k", "all", "--json"], cwd=bin_)
+    assert r.returncode == 0, r.stderr
+    expected = ours("classify")(["the cat", "a dog"], top_k=None)
+    got = json.loads(r.stdout)
+    assert [[x["label"] for x in row] for row in got] == \
+        [[x["label"] for x in row] for row in expected]
+    assert max(abs(a["score"] - b["score"]) for g, e in zip(got, expected)
+               for a, b in zip(g, e)) < 1e-6
+
+
+@pytest.mark.parametrize("argv, extra", [
+    (["serve", "default"], "serve"),
+    (["serve", "--help"], "serve"),
+    (["export", "default", "--task", "fill-mask", "--out", "x"], "torch"),
+    (["finetune", "default"], "torch"),
+])
+def test_commands_of_missing_extras_name_the_extra(user_venv, argv, extra):
+    bin_, _ = user_venv
+    r = _run([bin_ / "bertonnx", *argv], cwd=bin_)
+    assert r.returncode == 2
+    cmd = argv[0]
+    assert r.stderr.strip() == (f"bertonnx: error: {cmd} needs the {extra} extra — "
+                                f"pip install 'bertonnx[{extra}]'"), r.stderr
+
+
+def test_help_lists_every_command(user_venv):
+    bin_, _ = user_venv
+    r = _run([bin_ / "bertonnx", "--help"], cwd=bin_)
+    assert r.returncode == 0, r.stderr
+    from bertonnx.runtime.cli import COMMANDS
+
+    for name in COMMANDS:
+        assert f"  {name} " in r.stdout
+    assert "pip install 'bertonnx[serve]'" in r.stdout  # the listing says what is missing
