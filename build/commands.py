@@ -80,7 +80,7 @@ def train_tokenizer(corpus, vocab_size, out, cased, min_frequency):
 @click.command("pretrain")
 @click.argument("corpus", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--tokenizer", type=click.Path(path_type=Path), required=True,
-              help="Folder from train-tokenizer (or any BERT tokenizer folder).")
+              help="Folder from train-tokenizer, any BERT tokenizer folder, or `default`.")
 @click.option("--config", "model", default="mini", show_default=True,
               help="Preset (tiny, mini, small, base, large) or a config.json path.")
 @click.option("--seq-len", type=int, default=128, show_default=True)
@@ -88,7 +88,8 @@ def train_tokenizer(corpus, vocab_size, out, cased, min_frequency):
 @click.option("--nsp", is_flag=True, help="Add next-sentence prediction (BertForPreTraining).")
 @click.option("--whole-word-mask", is_flag=True, help="Mask all pieces of a word together.")
 @click.option("--mlm-probability", type=float, default=0.15, show_default=True)
-@click.option("--init-from", default=None, help="Continue from this checkpoint's weights.")
+@click.option("--init-from", default=None,
+              help="Continue from this checkpoint's weights (a folder, hub id or `default`).")
 @click.option("--eval-fraction", type=float, default=0.05, show_default=True,
               help="Share of lines held out for MLM accuracy.")
 @_loop_options
@@ -122,7 +123,8 @@ def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, mlm_pr
 @_loop_options
 def finetune(model, task, train_file, eval_file, lr, max_seq_len, doc_stride, max_query_len,
              **kw):
-    """Fine-tune MODEL (a folder or hub id) for TASK; writes the model and eval_results.json."""
+    """Fine-tune MODEL (a folder, a hub id or `default`) for TASK; writes the model and
+    eval_results.json."""
     from bertonnx.build.train import FinetuneConfig
     from bertonnx.build.train import finetune as run
 

@@ -1,7 +1,7 @@
 """Task heads composed on the one encoder, and the task table that picks them.
 
 Each head takes the encoder's (hidden (B, T, H), pooled (B, H) or None) and returns what
-DESIGN.md promises for its task. Losses are pure functions in `losses.py`, not in forward.
+the README's task table promises. Losses are pure functions in `losses.py`, not in forward.
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def task_spec(task: str) -> TaskSpec:
 
 
 class Bert(nn.Module):
-    """One encoder, one head. `forward` returns what DESIGN.md lists for `task`."""
+    """One encoder, one head. `forward` returns what the README's task table lists for `task`."""
 
     def __init__(self, config: BertConfig, task: str):
         super().__init__()

@@ -244,9 +244,9 @@ def check_parity(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
                           "run `bertonnx parity DIR --reference MODEL --per-layer` to locate it")
     metric = next(iter(figures["metrics"]))  # the verdict's metric (quantize.agreement)
     raise CheckFailed(
-        f"int8 refused: {m.task} {metric.replace('_', ' ')} with the fp32 torch model is "
+        f"int8 refused: its {m.task} agreement with the fp32 torch model ({metric}) is "
         f"{figures['agreement']:.3f} on {figures['examples']} real sentences, below the "
-        f"{figures['min_agreement']} this export requires",
+        f"{figures['min_agreement']} an int8 export must reach",
         "export fp32 (drop --quantize int8), or export anyway with --no-parity (the int8 graph "
         "is then unchecked; measure it later with `bertonnx parity DIR --reference MODEL`)")
 

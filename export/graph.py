@@ -2,7 +2,7 @@
 
 The exporter is pinned to TorchScript (`dynamo=False`): measured with torch 2.13 and onnxruntime
 1.31, its graph is the one onnxruntime's BERT optimizer fuses fully (Attention == layers), while
-the dynamo exporter's attention does not fuse at all (DESIGN.md, "Exporter facts").
+the dynamo exporter's attention does not fuse at all (measured; tests/export check the counts).
 """
 from __future__ import annotations
 

@@ -292,8 +292,9 @@ def demo_answers(folder: Path) -> None:
     click.echo("answers through bertonnx.runtime (onnxruntime):")
     click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
     click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
-    # The embedded fill-mask default: an int8 export of the BERT pretrained here on tweets.
+    # The shipped fill-mask default (bertonnx.runtime.defaults): MiniLM with an MLM head
+    # trained here on English text, int8.
     fill = _load("default", "fill-mask", None, None, 32)
-    text = "self-driving [MASK] are the future"
-    best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))
-    click.echo(f"  fill-mask (embedded int8 tweet BERT) {text!r}: {best}")
+    for text in ("Paris is the [MASK] of France.", "The man went to the [MASK] to buy milk."):
+        best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))
+        click.echo(f"  fill-mask default {text!r}: {best}")

@@ -2,18 +2,20 @@
 fill-mask export on the project's cloze set.
 
 Sources (`apt-get install wordnet-base fortunes fortunes-min dict-gcide`):
-- WordNet 3.0 (`/usr/share/wordnet/data.{noun,verb,adj,adv}`): each synset's gloss as
-  "LEMMA: DEFINITION." and each quoted example sentence on its own line;
+- WordNet 3.0 (`/usr/share/wordnet/data.{noun,verb,adj,adv}`): each synset's first gloss as
+  a sentence ("A dog is ...", "To bark is to ...", "Tokyo is ...") and each quoted example
+  sentence on its own line;
 - fortune cookies (`/usr/share/games/fortunes/*`, the files without .dat/.u8): one quote a line;
-- GCIDE, the 1913 Webster (`/usr/share/dictd/gcide.dict.dz`): definition paragraphs with the
-  markup removed, at most --gcide-lines of them (the dictionary is large and archaic).
+- GCIDE, the 1913 Webster (`/usr/share/dictd/gcide.dict.dz`), only with --gcide-lines N:
+  definition paragraphs with the markup removed (the dictionary is large and archaic, and its
+  style — "Consisting of, or covered with, tar" — pulls a model away from ordinary sentences).
 
 Every line that contains a cloze sentence (filled with its expected word, case and spacing
 ignored) is dropped, so the cloze score measures English, not recall. Lines are shuffled with
 --seed; one document per source paragraph is not needed (no NSP), so the output has no blank
 lines.
 
-    python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines 150000]
+    python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines N]
     python scripts/english_corpus.py cloze EXPORT_DIR [--json]    # top-1 / top-5 on the set
 """
 from __future__ import annotations
@@ -46,6 +48,19 @@ def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
 
 
+def _gloss_sentence(pos: str, lemma: str, definition: str) -> str:
+    """A WordNet gloss as an ordinary sentence: "A dog is a member of the genus Canis ...",
+    "To bark is to speak in an unfriendly tone.", "Tokyo is the capital of Japan."."""
+    if pos == "noun":
+        if lemma[:1].isupper():
+            return f"{lemma} is {definition}."
+        article = "An" if lemma[:1] in "aeiou" else "A"
+        return f"{article} {lemma} is {definition}."
+    if pos == "verb":
+        return f"To {lemma} is to {definition}."
+    return f"{lemma[:1].upper()}{lemma[1:]} means {definition}."
+
+
 def wordnet_lines():
     for pos in ("noun", "verb", "adj", "adv"):
         for line in (WORDNET / f"data.{pos}").read_text(encoding="latin-1").splitlines():
@@ -57,10 +72,11 @@ def wordnet_lines():
             parts = [p.strip() for p in gloss.strip().split(";") if p.strip()]
             defs = [p for p in parts if not p.startswith('"')]
             if defs:
-                yield f"{lemma}: {'; '.join(defs)}."
+                yield _gloss_sentence(pos, lemma, defs[0])
             for p in parts:
                 if p.startswith('"') and len(p.split()) >= 4:
-                    yield p.strip('"').strip()
+                    text = p.strip('"').strip()
+                    yield text[:1].upper() + text[1:] + ("" if text[-1:] in ".!?" else ".")
 
 
 def fortune_lines():
@@ -75,6 +91,8 @@ def fortune_lines():
 
 
 def gcide_lines(limit: int):
+    if limit <= 0:
+        return
     with gzip.open(GCIDE, "rt", encoding="utf-8", errors="replace") as f:
         paragraphs = f.read().split("\n\n")
     n = 0
@@ -117,7 +135,7 @@ def score_cloze(export_dir: str) -> dict:
     from bertonnx.runtime import load
 
     fill = load(export_dir, task="fill-mask")
-    mask = fill.mask_token
+    mask = fill.tokenizer.mask_token
     rows = read_cloze()
     results = fill([t.replace("[MASK]", mask) for t, _ in rows], top_k=5)
     top1 = top5 = 0
@@ -138,7 +156,7 @@ def main() -> None:
     c = sub.add_parser("corpus")
     c.add_argument("out", type=Path)
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--gcide-lines", type=int, default=150_000)
+    c.add_argument("--gcide-lines", type=int, default=0)
     s = sub.add_parser("cloze")
     s.add_argument("export")
     s.add_argument("--json", action="store_true")

@@ -149,3 +149,12 @@ def test_entry_point_exit_code(export_of):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.startswith("bertonnx: error:")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_listing_commands_imports_neither_torch_nor_onnx():
+    code = ("import sys\nfrom bertonnx.runtime.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'onnx', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Commands:" in out.stdout and out.stdout.strip().endswith("[]"), out.stdout

@@ -207,3 +207,12 @@ def test_cpu_time_script_smoke(cls_export):
     rows = [ln for ln in out.stdout.splitlines() if str(graph) in ln]
     assert len(rows) == 2 and "×" in rows[0]
     float(rows[0].split()[1])  # CPU ms of a forward: a number (its value is a timing, not tested)
+
+
+def test_bench_default_runs_the_shipped_export():
+    out = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "bench", "default",
+                          "--quick", "--no-cold-start", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert list(r["end_to_end"]) == ["bertonnx int8 fused"]

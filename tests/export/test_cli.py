@@ -84,3 +84,51 @@ def test_parity_holds_for_a_reference_without_head_weights(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] and report["max_abs"]["logits"] <= FP32_ATOL
     assert "initialised at load" in report["note"]
+
+@pytest.mark.parametrize("task", ["fill-mask", "text-classification", "question-answering",
+                                  "feature-extraction"])
+def test_task_is_read_from_architectures(checkpoints, task):
+    from bertonnx.build.checkpoint import infer_task
+
+    assert infer_task(checkpoints[task]) == task
+
+
+def test_export_without_task_uses_architectures_and_explicit_task_wins(checkpoints, tmp_path,
+                                                                        capsys):
+    from bertonnx.runtime.manifest import Manifest
+
+    ckpt = checkpoints["text-classification"]
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "a"), "--no-parity"]) == 0
+    assert "task text-classification (from" in capsys.readouterr().err
+    assert Manifest.read(tmp_path / "a").task == "text-classification"
+    assert main(["export", str(ckpt), "--task", "feature-extraction", "--out",
+                 str(tmp_path / "b"), "--no-parity"]) == 0
+    assert Manifest.read(tmp_path / "b").task == "feature-extraction"
+
+
+def test_export_without_task_or_architectures_is_one_line(checkpoints, tmp_path, capsys):
+    folder = tmp_path / "no-arch"
+    shutil.copytree(checkpoints["fill-mask"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("architectures", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    rc = main(["export", str(folder), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "names no architectures" in err and "pass --task" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_int8_refusal_names_metric_and_the_way_out(checkpoints, monkeypatch):
+    from bertonnx.build import load_pretrained
+    from bertonnx.export import api
+    from bertonnx.runtime.errors import CheckFailed
+
+    failing = {"mode": "int8", "metrics": {"span": 0.75},
+               "agreement": 0.75, "min_agreement": 0.9, "examples": 40, "passed": False}
+    monkeypatch.setattr(api, "_figures", lambda *a, **k: failing)
+    m = load_pretrained(checkpoints["question-answering"], "question-answering")
+    with pytest.raises(CheckFailed) as e:
+        api.check_parity(m, None, "int8")
+    msg = str(e.value)
+    assert "question-answering agreement with the fp32 torch model (span) is 0.750 on 40" in msg
+    assert "--no-parity" in msg and "drop --quantize int8" in msg

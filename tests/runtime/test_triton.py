@@ -258,7 +258,7 @@ def test_readme_client_example_runs_and_matches_the_pipeline(exports, tmp_path, 
     monkeypatch.setattr(tritonclient, "http", fake, raising=False)
 
     script = tmp_path / "client.py"
-    script.write_text(_readme_client_block().replace("out/sentiment", str(export)))
+    script.write_text(_readme_client_block().replace("artifacts/sentiment", str(export)))
     runpy.run_path(str(script), run_name="__main__")
     printed = ast.literal_eval(capsys.readouterr().out.strip())
     want = load(export)(["what a great film", "the service was awful"])

@@ -1,0 +1,74 @@
+"""The word `default`: one table (bertonnx.runtime.defaults) behind every command and `load()`,
+and the shipped fill-mask default — verified, int8, fused, and answering English cloze
+sentences it never saw (scripts/data/cloze_en.tsv; the corpus script drops any line holding one).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bertonnx.runtime import defaults, load
+from bertonnx.runtime.errors import ConfigError
+from bertonnx.runtime.manifest import Manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_cloze() -> list[tuple[str, tuple[str, ...]]]:
+    rows = []
+    for line in (ROOT / "scripts" / "data" / "cloze_en.tsv").read_text("utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            text, answers = line.split("\t")
+            rows.append((text, tuple(answers.split("|"))))
+    return rows
+
+
+def test_shipped_export_is_verified_int8_and_fused():
+    m = Manifest.read(defaults.export_dir("fill-mask"))  # sha256 of every file checked
+    assert m.task == "fill-mask" and m.quantization["mode"] == "int8"
+    layers = m.config["num_hidden_layers"]
+    assert m.fused_ops["QAttention"] == layers and m.fused_ops["QEmbedLayerNormalization"] == 1
+    assert m.parity["passed"] and m.parity["agreement"] >= 0.9
+
+
+def test_fill_mask_default_answers_english_cloze_sentences():
+    """The shipped int8 export measured 9/55 top-1 and 19/55 top-5 on the cloze set (README,
+    "The fill-mask default"); the goal it was trained for — top-5 for half, top-1 for a third —
+    is not reached yet. This guards what it does reach, with a margin of three sentences for
+    int8 kernels that differ between CPUs. The previous default (a tweet model) scored 0/55."""
+    fill = load("default")
+    rows = read_cloze()
+    assert len(rows) >= 40
+    results = fill([t.replace("[MASK]", fill.tokenizer.mask_token) for t, _ in rows], top_k=5)
+    top1 = top5 = 0
+    for (_, answers), res in zip(rows, results):
+        words = [r["token_str"].strip().lower() for r in res]
+        top1 += words[0] in answers
+        top5 += any(w in answers for w in words)
+    assert top5 >= 16 and top1 >= 6, (top1, top5, len(rows))
+    capital = fill("Paris is the [MASK] of France.", top_k=1)[0]["token_str"]
+    assert capital == "capital"
+
+
+def test_default_means_one_thing_per_kind():
+    assert defaults.resolve_export("default") == defaults.export_dir("fill-mask")
+    assert defaults.resolve_export("some/dir") == Path("some/dir")
+    assert load("default").task == "fill-mask"
+    assert load("default", task="fill-mask").folder.path == defaults.export_dir()
+    with pytest.raises(ConfigError, match="bertonnx export default --task question-answering"):
+        load("default", task="question-answering")
+
+
+def test_default_checkpoint_is_the_bundled_minilm():
+    folder = defaults.checkpoint_dir()
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert defaults.resolve_checkpoint("default") == folder
+    assert defaults.resolve_checkpoint("./x") == "./x"
+
+
+def test_load_tokenizer_default_is_the_checkpoint_tokenizer():
+    from bertonnx.runtime import load_tokenizer
+
+    tok = load_tokenizer("default")
+    assert tok.mask_token == "[MASK]" and tok.vocab_size == 30522
