@@ -103,3 +103,22 @@ def test_bad_input_fails_before_training(setup, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 2 and len(err.splitlines()) == 1 and message in err, err
         assert not out.exists()
+
+
+@pytest.mark.parametrize("task", ["fill-mask", "pretraining"])
+def test_mlm_positions_decode_only_the_masked_rows(task):
+    """Pretraining decodes only the masked positions; those rows equal the full logits'."""
+    from bertonnx.build import BertConfig, build_model
+
+    torch.manual_seed(0)
+    model = build_model(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                   num_attention_heads=2, intermediate_size=32,
+                                   max_position_embeddings=16), task).eval()
+    ids = torch.randint(0, 50, (3, 7))
+    sel = torch.rand(3, 7) < 0.4
+    full, sparse = model(ids), model(ids, mlm_positions=sel)
+    if task == "pretraining":
+        assert torch.equal(full[1], sparse[1])
+        full, sparse = full[0], sparse[0]
+    assert sparse.shape == (int(sel.sum()), 50)
+    torch.testing.assert_close(sparse, full[sel], rtol=0, atol=1e-6)

@@ -30,9 +30,14 @@ def _partials(out: Path) -> list[Path]:
 # The export runs in a subprocess that stops itself at a named point and waits there for the
 # test's signal: no race between the test's polling and a tiny model's fast export.
 _PAUSING_EXPORT = """
-import pathlib, sys, time
+import pathlib, signal, sys, time
 from bertonnx.export import api, graph
 from bertonnx.runtime.cli import main
+
+# A shell that started the test run in the background leaves SIGINT ignored in every child,
+# and Python then installs no KeyboardInterrupt handler; Ctrl-C in a terminal reaches a
+# foreground process that has it. Model that process.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 flag, point = pathlib.Path(sys.argv[1]), sys.argv[2]
 
