@@ -6,6 +6,7 @@ export and training commands import torch when (and only when) they run. Every
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util  # `import importlib` alone does not bind importlib.util (wheel installs)
 import logging
@@ -55,12 +56,15 @@ COMMANDS = {
 }
 
 
+@functools.cache
+def _installed(extra: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in EXTRAS[extra])
+
+
 def missing_extra(name: str) -> str | None:
     """The extra command `name` needs and this install lacks, or None."""
     extra = COMMANDS[name].extra
-    if extra and any(importlib.util.find_spec(m) is None for m in EXTRAS[extra]):
-        return extra
-    return None
+    return extra if extra and not _installed(extra) else None
 
 
 def _needs_extra(name: str, extra: str) -> click.Command:

