@@ -30,6 +30,8 @@ def _loop_options(f):
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--log-every", type=int, default=10, show_default=True),
         click.option("--save-every", type=int, default=500, show_default=True),
+        click.option("--keep-checkpoints", type=int, default=2, show_default=True,
+                     help="checkpoint-N folders kept (the newest)."),
         click.option("--eval-every", type=int, default=0, show_default=True,
                      help="Evaluate every N steps (0: at the end only)."),
         click.option("--resume", is_flag=True,
@@ -51,6 +53,7 @@ def _train_config(kw: dict, lr: float):
                        warmup=kw["warmup"], weight_decay=kw["weight_decay"],
                        max_grad_norm=kw["max_grad_norm"], seed=kw["seed"],
                        log_every=kw["log_every"], save_every=kw["save_every"],
+                       keep_checkpoints=kw["keep_checkpoints"],
                        eval_every=kw["eval_every"], resume=kw["resume"],
                        precision=kw["precision"], progress=not kw["no_progress"])
 
