@@ -94,7 +94,11 @@ def _attr(node, name, default):
 
 
 def _hide_tied_decoder(proto: onnx.ModelProto) -> str | None:
-    """Gemm(h, W, b, transB=1) on the embedding W -> MatMul(h, Transpose(W)) + b. Returns W."""
+    """Gemm(h, W, b, transB=1) on the embedding W -> MatMul(h, Transpose(W)) + b. Returns W.
+
+    Left visible, the quantizer either transposes the shared W in place (onnxruntime up to 1.2x)
+    or stores a transposed int8 copy for the Gemm (1.32); hidden, W is quantized once, for
+    QEmbedLayerNormalization, and _retie_decoder points the decoder at that table."""
     g = proto.graph
     embed_w = {n.input[2] for n in g.node if n.op_type == "EmbedLayerNormalization"}
     for i, n in enumerate(g.node):
