@@ -144,6 +144,8 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
     from optimum.onnxruntime import ORTModelForSequenceClassification
     from transformers import AutoTokenizer, pipeline
 
+    from bertonnx.runtime.session import create_session
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     model = ORTModelForSequenceClassification.from_pretrained(folder, file_name=file_name,
@@ -152,8 +154,7 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
     engine = B.hf_pipeline_engine(
         name, lambda bs: pipeline(TASK, model=model, tokenizer=tok, device=-1, batch_size=bs),
         TASK, inputs, batch_sizes, B.model_max_length(folder), quantized=quantized)
-    session = ort.InferenceSession(str(folder / file_name), so,
-                                   providers=["CPUExecutionProvider"])
+    session = create_session(folder / file_name, threads=threads).inner
     wanted = [i.name for i in session.get_inputs()]
     engine.forward = lambda feeds: session.run(None, {k: feeds[k] for k in wanted})
     return engine

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+from bertonnx.runtime.session import create_session
 
 from bertonnx.export.bench import FLOP_PER_CYCLE, cpu_clock_ghz, encoder_flops, random_feeds
 
@@ -36,11 +36,8 @@ def main(argv=None) -> int:
     config = json.loads((args.config or args.graphs[0].parent / "config.json").read_text())
     sessions = []
     for g in args.graphs:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1  # run in this thread, so thread_time sees all of it
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        sessions.append(ort.InferenceSession(str(g), so, providers=["CPUExecutionProvider"]))
+        # one thread: the run happens in this thread, so thread_time sees all of it
+        sessions.append(create_session(g, threads=1).inner)
     base = random_feeds(args.batch, args.seq, int(config["vocab_size"]))
     feeds = [{i.name: base[i.name] for i in s.get_inputs()} for s in sessions]
     for s, f in zip(sessions, feeds):

@@ -121,20 +121,16 @@ class TaskSpec:
     head: type
     hf_class: str     # the transformers class whose checkpoints this task reads and writes
     pooler: bool      # does that HF class carry a pooler?
-    outputs: tuple[str, ...]
+    # The graph's outputs are the export contract's (runtime/contract.py), not declared here.
 
 
 TASKS: dict[str, TaskSpec] = {
-    "fill-mask": TaskSpec(FillMaskHead, "BertForMaskedLM", False, ("logits",)),
-    "text-classification": TaskSpec(ClassifierHead, "BertForSequenceClassification", True,
-                                    ("logits",)),
-    "token-classification": TaskSpec(TokenClassifierHead, "BertForTokenClassification", False,
-                                     ("logits",)),
-    "question-answering": TaskSpec(SpanHead, "BertForQuestionAnswering", False,
-                                   ("start_logits", "end_logits")),
-    "feature-extraction": TaskSpec(IdentityHead, "BertModel", True, ("last_hidden_state",)),
-    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True,
-                            ("mlm_logits", "nsp_logits")),
+    "fill-mask": TaskSpec(FillMaskHead, "BertForMaskedLM", False),
+    "text-classification": TaskSpec(ClassifierHead, "BertForSequenceClassification", True),
+    "token-classification": TaskSpec(TokenClassifierHead, "BertForTokenClassification", False),
+    "question-answering": TaskSpec(SpanHead, "BertForQuestionAnswering", False),
+    "feature-extraction": TaskSpec(IdentityHead, "BertModel", True),
+    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True),
 }
 
 

@@ -142,11 +142,3 @@ def init_weights(module: nn.Module, std: float) -> None:
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
-
-
-def num_flops_per_token(c: BertConfig, T: int) -> int:
-    """Forward FLOPs per token of the encoder (2 × MACs), used by benchmarks."""
-    H, I, L = c.hidden_size, c.intermediate_size, c.num_hidden_layers
-    return L * (2 * (4 * H * H + 2 * H * I) + 2 * 2 * T * H)
-
-

@@ -182,7 +182,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
             from . import quantize
 
             say("quantizing to int8 (dynamic, of the fused graph)")
-            proto, quant = quantize.int8(proto, m, options.int8)
+            proto, quant = quantize.int8(proto, options.int8)
         elif options.quantize == "fp16":
             from . import quantize
 

@@ -336,10 +336,6 @@ def best_torch_threads(model, threads: int, vocab: int) -> int:
     return best
 
 
-def hf_pipeline_task(task: str) -> str:
-    return {"token-classification": "token-classification"}.get(task, task)
-
-
 def hf_pipeline_engine(name: str, make_pipeline: Callable[[int], object], task: str,
                        inputs: list, batch_sizes: tuple[int, ...], max_length: int, *,
                        quantized=False) -> Engine:
@@ -377,7 +373,7 @@ def transformers_engine(reference: str | Path, task: str, inputs: list, threads:
     from transformers import pipeline
 
     def make(bs):  # torch's thread count: set by torch_engine (best_torch_threads)
-        return pipeline(hf_pipeline_task(task), model=str(reference), tokenizer=str(reference),
+        return pipeline(task, model=str(reference), tokenizer=str(reference),
                         device=-1, batch_size=bs)
 
     return hf_pipeline_engine("transformers pipeline (torch)", make, task, inputs, batch_sizes,
@@ -455,7 +451,7 @@ def cli_argv(folder: Path, task: str, text: str) -> list[str]:
 
 def transformers_script_argv(reference: str | Path, task: str, text: str) -> list[str]:
     code = ("import sys\nfrom transformers import pipeline\n"
-            f"p = pipeline({hf_pipeline_task(task)!r}, model=sys.argv[1], device=-1)\n"
+            f"p = pipeline({task!r}, model=sys.argv[1], device=-1)\n"
             "print(p(sys.argv[2]))\n")
     arg = task_inputs(task, [text])[0]
     if task == "question-answering":

@@ -143,7 +143,7 @@ def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
             report["fp32"][task]["accuracy_torch"] = float(np.mean(ref[0].argmax(-1) == labels))
         fused = onnx.load(str(fp32_path))
         for name, s in SETTINGS.items():
-            q, _ = quantize.int8(fused, model, s)
+            q, _ = quantize.int8(fused, s)
             path = work / f"{task}-{name.replace(' ', '_')}.onnx"
             graph.save_model(q, path)
             sess = session(path)

@@ -18,26 +18,16 @@ from bertonnx.build import Bert
 from bertonnx.runtime.contract import (FP16_ATOL, FP32_ATOL, INPUT_NAMES, OUTPUTS,
                                        PARITY_BATCHES, PARITY_SEQUENCES)
 from bertonnx.runtime.errors import ArtifactError
+from bertonnx.runtime.session import create_session
 
 from .graph import sample_inputs
 
 
-def session(model: str | Path | bytes, providers=None, threads: int | None = None):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
-    so.log_severity_level = 3  # the int8 graph makes onnxruntime warn about shape inference
-    # The arena keeps its high-water mark for the session's life: at batch 7 × 512 a fill-mask
-    # graph's (B, T, 30522) logits would stay reserved through the rest of the export.
-    so.enable_cpu_mem_arena = False
-    try:
-        return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
-                                    providers=providers or ["CPUExecutionProvider"])
-    except Exception as e:  # ORT raises its own untyped errors for unreadable graphs
-        raise ArtifactError(f"onnxruntime cannot load the graph ({str(e).splitlines()[0]})",
-                            "export the model again") from e
+def session(model: str | Path | bytes):
+    """A CPU session for parity checks, from runtime's factory with the arena off: the arena
+    keeps its high-water mark, and at batch 7 x 512 a fill-mask graph's (B, T, 30522) logits
+    would stay reserved through the rest of the export."""
+    return create_session(model, memory_arena=False).inner
 
 
 def run_ort(sess, ids, mask, tt) -> list[np.ndarray]:

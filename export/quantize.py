@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -153,7 +154,21 @@ def _retie_decoder(proto: onnx.ModelProto, w: str) -> None:
             g.initializer.remove(init)
 
 
-def int8(proto: onnx.ModelProto, model: Bert, settings: Int8Settings | None = None
+@contextmanager
+def _root_logger_at_error():
+    """The quantizer logs a pre-processing advice on the root logger at WARNING on every call;
+    it does not apply to an already fused graph (pre-processing would undo nothing and fuse
+    nothing more). Silenced for the call only: the caller's logging is theirs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None
          ) -> tuple[onnx.ModelProto, dict]:
     """Dynamic int8 of the fused graph `proto`; returns the graph and the manifest's settings."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -163,10 +178,7 @@ def int8(proto: onnx.ModelProto, model: Bert, settings: Int8Settings | None = No
     proto = onnx.ModelProto.FromString(proto.SerializeToString())  # leave the caller's intact
     tied = _hide_tied_decoder(proto)
     proto = SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
-    # The quantizer logs a pre-processing advice at WARNING on every call; it does not apply to
-    # an already fused graph (pre-processing would undo nothing and fuse nothing more).
-    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))
-    with tempfile.TemporaryDirectory(prefix="bertonnx-int8-") as d:
+    with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-") as d:
         out = Path(d) / "int8.onnx"
         quantize_dynamic(proto, out, per_channel=s.per_channel, reduce_range=s.reduce_range,
                          weight_type=getattr(QuantType, s.weight_type),

@@ -62,6 +62,9 @@ class SessionConfig:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     threads: int | None = None          # intra-op threads; None = onnxruntime's default
     optimization: str = "all"           # disable | basic | extended | all
+    # The arena keeps its high-water mark for the session's life; export's parity runs turn it
+    # off so a (B, T, 30522) fill-mask batch does not stay reserved through the whole export.
+    memory_arena: bool = True
 
 
 class Session:
@@ -92,32 +95,36 @@ class Session:
                 for n, v in zip(names, values)}
 
 
-def create_session(model_path: str | Path, *, providers=None, threads: int | None = None,
-                   optimization: str = "all") -> Session:
-    """The only place an `InferenceSession` is made."""
-    path = Path(model_path)
-    if not path.is_file():
-        raise ArtifactError(f"{path} does not exist", "export the model with `bertonnx export`")
+def create_session(model: str | Path | bytes, *, providers=None, threads: int | None = None,
+                   optimization: str = "all", memory_arena: bool = True) -> Session:
+    """The only place an `InferenceSession` is made: from a file, or from a serialized graph
+    (export checks graphs it has not written yet)."""
+    if not isinstance(model, bytes) and not Path(model).is_file():
+        raise ArtifactError(f"{model} does not exist", "export the model with `bertonnx export`")
     if optimization not in OPTIMIZATION_LEVELS:
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     if threads is not None and (not isinstance(threads, int) or threads < 0):
         raise ConfigError(f"threads must be a non-negative integer, got {threads!r}",
                           "pass e.g. --threads 4 (0 = onnxruntime's default)")
-    config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization)
+    config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization,
+                           memory_arena)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
+    opts.enable_cpu_mem_arena = memory_arena
     if threads:
         opts.intra_op_num_threads = threads
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
         opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
+    name = "the graph" if isinstance(model, bytes) else str(model)
     try:
-        inner = ort.InferenceSession(str(path), sess_options=opts, providers=list(config.providers))
+        inner = ort.InferenceSession(model if isinstance(model, bytes) else str(model),
+                                     sess_options=opts, providers=list(config.providers))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
         if "INVALID_PROTOBUF" in str(e):
-            raise ArtifactError(f"{path} is not an ONNX model (truncated, or a foreign file)",
+            raise ArtifactError(f"{name} is not an ONNX model (truncated, or a foreign file)",
                                 "copy it again from the source, or export again") from e
-        raise ArtifactError(f"onnxruntime cannot load {path} ({str(e).splitlines()[0][:200]})",
+        raise ArtifactError(f"onnxruntime cannot load {name} ({str(e).splitlines()[0][:200]})",
                             "export the model again") from e
     return Session(inner, config)

@@ -77,11 +77,11 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_
     monkey = quantize._hide_tied_decoder
     try:
         quantize._hide_tied_decoder = lambda proto: None
-        broken, _ = quantize.int8(fused, model)
+        broken, _ = quantize.int8(fused)
     finally:
         quantize._hide_tied_decoder = monkey
     assert vocab_tables(broken) in ([[128, 4000]], [[128, 4000], [4000, 128]])
-    fixed, _ = quantize.int8(fused, model)
+    fixed, _ = quantize.int8(fused)
     assert vocab_tables(fixed) == [[4000, 128]]
     emb = [n for n in fixed.graph.node if n.op_type == "QEmbedLayerNormalization"][0]
     assert {i.name: list(i.dims) for i in fixed.graph.initializer}[emb.input[2]] == [4000, 128]
@@ -110,3 +110,24 @@ def test_fp16_keeps_io_types(checkpoints, tmp_path):
     assert m.fused_ops["Attention"] == LAYERS
     # Figures are reported, not enforced; on a tiny model fp16 still tracks fp32 closely.
     assert all(np.isfinite(v) and v < 0.05 for v in m.parity["rel_max_abs"].values())
+
+
+def test_int8_leaves_the_root_logger_as_it_was(wide_fill_mask, tmp_path):
+    """The quantizer's advice is silenced for its own call only: after an in-process int8
+    export, the caller's warnings (bertonnx's own included) still reach the root handlers."""
+    import logging
+
+    from bertonnx.build import load_pretrained
+    from bertonnx.export import fusion
+
+    model = load_pretrained(wide_fill_mask, "fill-mask")
+    graph.export_onnx(model, tmp_path / "raw.onnx", 17)
+    fused = fusion.fuse(tmp_path / "raw.onnx", 4, 128)
+    root = logging.getLogger()
+    before = root.level
+    root.setLevel(logging.INFO)
+    try:
+        quantize.int8(fused)
+        assert root.level == logging.INFO
+    finally:
+        root.setLevel(before)
