@@ -6,6 +6,7 @@ the README's task table promises. Losses are pure functions in `losses.py`, not 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -160,10 +161,11 @@ class Bert(nn.Module):
             return self.head(hidden, pooled)
         return self.head(hidden, pooled, mlm_positions=mlm_positions)
 
-    def save_pretrained(self, out_dir) -> None:
-        from .checkpoint import save_pretrained
+    def save_pretrained(self, out_dir) -> Path:
+        """config.json + model.safetensors (+ the source folder's tokenizer files); the folder."""
+        from .checkpoint import save_pretrained  # checkpoint.py imports this module
 
-        save_pretrained(self, out_dir)
+        return save_pretrained(self, out_dir)
 
 
 def build_model(config: BertConfig, task: str) -> Bert:

@@ -142,7 +142,9 @@ class WordPieceTokenizer:
         return self._wrap(self.backend.encode(text, text_pair))
 
     def encode_batch(self, texts: list, pairs: list | None = None) -> list[Encoding]:
-        batch = list(texts) if pairs is None else list(zip(texts, pairs))
+        """`pairs[i]` None encodes text i alone: a batch may mix single texts and pairs."""
+        batch = list(texts) if pairs is None else [
+            t if p is None else (t, p) for t, p in zip(texts, pairs, strict=True)]
         return [self._wrap(e) for e in self.backend.encode_batch(batch)]
 
     def token_to_id(self, token: str) -> int | None:

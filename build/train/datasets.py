@@ -79,14 +79,13 @@ def _truncate(tok: WordPieceTokenizer, T: int):
 @dataclass
 class ClassificationData:
     texts: list[str]
-    pairs: list[str] | None
+    pairs: list[str | None] | None   # None: no record has a text_pair
     labels: list[str]
 
 
 def read_classification(path: Path) -> ClassificationData:
     rows = read_records(path)
     texts, pairs, labels = [], [], []
-    has_pair = "text_pair" in rows[0]
     for n, row in enumerate(rows, 1):
         text, label = row.get("text"), row.get("label")
         if not isinstance(text, str) or not text.strip():
@@ -96,9 +95,11 @@ def read_classification(path: Path) -> ClassificationData:
                              "give every record a 'label' (column or key)")
         texts.append(text)
         labels.append(str(label).strip())
-        if has_pair:
-            pairs.append(str(row.get("text_pair") or ""))
-    return ClassificationData(texts, pairs if has_pair else None, labels)
+        # decided per record: a file may mix single texts and (text, text_pair) records
+        pair = row.get("text_pair")
+        pairs.append(None if pair is None or str(pair) == "" else str(pair))
+    return ClassificationData(texts, pairs if any(p is not None for p in pairs) else None,
+                              labels)
 
 
 def label_order(labels: list[str]) -> list[str]:

@@ -30,7 +30,8 @@ def scratch_model(task, config=CONFIG, seed=0):
 
 def check_round_trip(model, tmp_path):
     task = model.task
-    out = model.save_pretrained(tmp_path / "saved") or tmp_path / "saved"
+    out = model.save_pretrained(tmp_path / "saved")
+    assert out == tmp_path / "saved"  # the method returns the folder, as save_pretrained does
     hf_cls = getattr(transformers, TASKS[task].hf_class)
     ref, info = hf_cls.from_pretrained(out, output_loading_info=True)
     ref.eval()
@@ -85,7 +86,7 @@ def test_tied_decoder_saved_once_and_tied_after_load(tmp_path):
     from safetensors.torch import load_file
 
     model = scratch_model("fill-mask")
-    out = model.save_pretrained(tmp_path / "mlm") or tmp_path / "mlm"
+    out = model.save_pretrained(tmp_path / "mlm")
     keys = set(load_file(out / "model.safetensors"))
     assert "cls.predictions.decoder.weight" not in keys  # tied: transformers re-ties it
     ref = transformers.BertForMaskedLM.from_pretrained(out)

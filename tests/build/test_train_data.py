@@ -246,3 +246,24 @@ def test_metrics_against_hand_computed():
                              {"a": "paris france", "b": ""})
     assert s["exact_match"] == pytest.approx(50.0)       # b right (empty), a not exact
     assert s["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)  # a: P=1/2, R=1 -> 2/3
+
+
+def test_text_pair_is_decided_per_record(tok, tmp_path):
+    """A file whose first record is a single text still pairs the later records that have a
+    text_pair, and a record without one stays a single sequence (no empty second segment)."""
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"text": "the cat sat", "label": "a"},
+            {"text": "the cat sat", "text_pair": "on the mat", "label": "b"},
+            {"text": "the dog ran", "label": "a"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = ds.read_classification(path)
+    assert data.pairs == [None, "on the mat", None]
+    feats = ds.classification_features(data, tok, 32, {"a": 0, "b": 1})
+    tt, mask = feats["token_type_ids"], feats["attention_mask"]
+    assert tt[1].sum() > 0 and tt[0].sum() == 0 and tt[2].sum() == 0
+    # the single texts are exactly their own encodings: [CLS] text [SEP], nothing appended
+    single = tok.encode_batch(["the cat sat"])[0]
+    assert int(mask[0].sum()) == len(single.ids)
+    only_single = tmp_path / "single.jsonl"
+    only_single.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    assert ds.read_classification(only_single).pairs is None
