@@ -31,24 +31,24 @@ from bertonnx.runtime.errors import (ArtifactError, CheckFailed, ConfigError, In
 from bertonnx.runtime.manifest import Manifest
 
 from . import fusion, graph, parity
+from .precisions import PRECISIONS, precision
 
-QUANTIZE_MODES = ("none", "int8", "fp16")
 
 
 @dataclass(frozen=True)
 class ExportOptions:
     opset: int = 17
     optimize: bool = True          # onnxruntime BERT fusion (Attention, SkipLayerNorm, ...)
-    quantize: str = "none"         # "none" | "int8" (dynamic, of the fused graph) | "fp16"
+    quantize: str = "none"         # a row of precisions.PRECISIONS: "none" | "int8" | "fp16"
     parity: bool = True            # prove the graph against the torch model before finishing
     force: bool = False            # replace a non-empty `out`
     tokenizer: str | Path | None = None  # tokenizer folder; default: the model's source folder
     int8: "Int8Settings | None" = None   # None: the measured default (quantize.DEFAULT_INT8)
 
     def __post_init__(self):
-        if self.quantize not in QUANTIZE_MODES:
+        if self.quantize not in PRECISIONS:
             raise InputError(f"unknown quantization {self.quantize!r}",
-                             f"use one of {', '.join(QUANTIZE_MODES)}")
+                             f"use one of {', '.join(PRECISIONS)}")
         if not 14 <= self.opset <= 20:
             # 14..20: what the TorchScript exporter writes for this model and the fusion tests
             # cover (below 17, LayerNorm is exported decomposed and still fuses).
@@ -178,16 +178,10 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
             proto = onnx.load(str(raw))
         fp32_bytes = len(proto.SerializeToString()) if graph._fits_bytesize(proto) else None
         quant = {"mode": options.quantize}
-        if options.quantize == "int8":
-            from . import quantize
-
-            say("quantizing to int8 (dynamic, of the fused graph)")
-            proto, quant = quantize.int8(proto, options.int8)
-        elif options.quantize == "fp16":
-            from . import quantize
-
-            say("converting to float16 (for GPU providers)")
-            proto, quant = quantize.fp16(proto)
+        row = precision(options.quantize)
+        if row.convert is not None:
+            say(row.progress)
+            proto, quant = row.convert(proto, options)
         counts = fusion.fused_counts(proto)
         if options.optimize:
             fusion.check_fused(counts, c.num_hidden_layers)
@@ -221,34 +215,14 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
     return manifest
 
 
-def _figures(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
-    sess = parity.session(model_path)
-    if mode == "none":
-        return parity.grid(m, sess)
-    if mode == "fp16":
-        return parity.fp16_figures(m, sess)
-    from . import quantize
-
-    return quantize.agreement(m, sess, tokenizer)
-
-
 def check_parity(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
-    """The parity figures that fit `mode`; raises CheckFailed outside tolerance."""
-    figures = _figures(m, model_path, mode, tokenizer)
+    """The parity figures that fit `mode` (its precision's judge); raises CheckFailed when the
+    judge refuses the graph."""
+    row = precision(mode)
+    figures = row.judge(m, parity.session(model_path), tokenizer)
     if figures.get("passed", True):
         return figures
-    if mode == "none":
-        name, worst = max(figures["max_abs"].items(), key=lambda kv: kv[1])
-        raise CheckFailed(f"parity failed: {name} differs by {worst:.3g} (> {figures['atol']:g}) "
-                          f"at batch×seq {figures['worst_shape'][name]}",
-                          "run `bertonnx parity DIR --reference MODEL --per-layer` to locate it")
-    metric = next(iter(figures["metrics"]))  # the verdict's metric (quantize.agreement)
-    raise CheckFailed(
-        f"int8 refused: its {m.task} agreement with the fp32 torch model ({metric}) is "
-        f"{figures['agreement']:.3f} on {figures['examples']} real sentences, below the "
-        f"{figures['min_agreement']} an int8 export must reach",
-        "export fp32 (drop --quantize int8), or export anyway with --no-parity (the int8 graph "
-        "is then unchecked; measure it later with `bertonnx parity DIR --reference MODEL`)")
+    raise row.refusal(m.task, figures)
 
 
 def parity_report(folder: str | Path, reference: str | Path | Bert, *,
@@ -263,7 +237,7 @@ def parity_report(folder: str | Path, reference: str | Path | Bert, *,
     m = resolve_model(reference, manifest.task)
     mode = manifest.quantization.get("mode", "none")
     tokenizer = load_tokenizer(folder)
-    report = _figures(m, folder / MODEL_NAME, mode, tokenizer)
+    report = precision(mode).judge(m, parity.session(folder / MODEL_NAME), tokenizer)
     if getattr(m, "head_initialised", None):
         # load_pretrained draws missing heads from a fixed seed, so the export of the same
         # folder matches; say so, since such a head is not a trained one.

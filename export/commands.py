@@ -9,6 +9,8 @@ import click
 
 from bertonnx.runtime.contract import EXPORT_TASKS
 
+from .precisions import PRECISIONS, summary_line
+
 
 def _progress(msg: str) -> None:
     click.echo(f"bertonnx: {msg}", err=True)
@@ -16,24 +18,6 @@ def _progress(msg: str) -> None:
 
 def _fused_line(counts: dict) -> str:
     return ", ".join(f"{op} {n}" for op, n in counts.items()) or "none (not optimized)"
-
-
-def parity_line(figures: dict) -> str:
-    """One line summarising a parity report of any mode."""
-    if not figures:
-        return "parity: not checked"
-    mode = figures.get("mode")
-    if mode == "fp32":
-        worst = ", ".join(f"{k} {v:.2e}" for k, v in figures["max_abs"].items())
-        return (f"parity fp32: max |Δ| {worst} (tolerance {figures['atol']:g}) over "
-                f"{len(figures['shapes'])} batch×seq shapes: "
-                f"{'PASS' if figures['passed'] else 'FAIL'}")
-    if mode == "int8":
-        parts = ", ".join(f"{k} {v:.3f}" for k, v in figures["metrics"].items())
-        return (f"parity int8: {parts} on {figures['examples']} real sentences "
-                f"(minimum {figures['min_agreement']}): {'PASS' if figures['passed'] else 'FAIL'}")
-    rel = ", ".join(f"{k} {v:.2e}" for k, v in figures["rel_max_abs"].items())
-    return f"parity fp16: max |Δ|/scale {rel} (reported, not enforced; fp16 targets GPUs)"
 
 
 @click.command()
@@ -44,8 +28,9 @@ def parity_line(figures: dict) -> str:
 @click.option("--opset", default=17, show_default=True, type=int)
 @click.option("--optimize/--no-optimize", default=True, show_default=True,
               help="Fuse with onnxruntime's BERT optimizer.")
-@click.option("--quantize", type=click.Choice(["none", "int8", "fp16"]), default="none",
-              show_default=True, help="int8: dynamic, for CPUs. fp16: for GPU providers.")
+@click.option("--quantize", type=click.Choice(list(PRECISIONS)), default="none",
+              show_default=True,
+              help=" ".join(f"{p.name}: {p.help}" for p in PRECISIONS.values()))
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity check (not recommended).")
 @click.option("--tokenizer", type=click.Path(path_type=Path),
@@ -70,7 +55,7 @@ def export(model, task, out, opset, optimize, quantize, force, no_parity, tokeni
     click.echo(f"exported {task} to {out} ({size / 1e6:.1f} MB, opset {opset}, "
                f"quantization {quantize})")
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
-    click.echo(parity_line(manifest.parity))
+    click.echo(summary_line(manifest.parity))
 
 
 @click.command()
@@ -88,7 +73,7 @@ def parity(folder, reference, per_layer, as_json):
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        click.echo(parity_line(report))
+        click.echo(summary_line(report))
         if per_layer:
             for row in report["per_layer"]["layers"]:
                 click.echo(f"  {row['where']:>12}: max |Δ| {row['max_abs']:.2e}")
@@ -113,7 +98,7 @@ def demo(out):
     size = manifest.quantization["size"]["model_bytes"]
     click.echo(f"exported all-MiniLM-L6-v2 (feature-extraction) to {target} ({size / 1e6:.1f} MB)")
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
-    click.echo(parity_line(manifest.parity))
+    click.echo(summary_line(manifest.parity))
     # -- runtime: answers through the runtime are appended here (owned by the runtime part) --
     from bertonnx.runtime.commands import demo_answers
     demo_answers(target)

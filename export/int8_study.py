@@ -34,7 +34,7 @@ from bertonnx.build.checkpoint import default_model_dir
 from bertonnx.runtime.contract import MODEL_NAME
 from bertonnx.runtime.errors import ArtifactError
 
-from . import graph, quantize
+from . import agreement, graph, quantize
 from .api import ExportOptions, export_model
 from .parity import run_ort, run_torch, session
 
@@ -68,7 +68,7 @@ def fit_head(model, tokenizer, data, steps: int = 200) -> None:
     feats = []
     with torch.no_grad():
         for i in range(0, len(data), 64):
-            ids, mask, tt, _ = quantize.encode(tokenizer, [t for t, _ in data[i:i + 64]], max_len=128)
+            ids, mask, tt, _ = agreement.encode(tokenizer, [t for t, _ in data[i:i + 64]], max_len=128)
             feats.append(model.encoder(ids, mask, tt)[1])
     x, y = torch.cat(feats), torch.tensor([lab for _, lab in data])
     head = model.head.classifier
@@ -137,7 +137,7 @@ def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
         report["fp32"][task] = {"bytes": graph.graph_bytes(fp32_path),
                                 "parity_max_abs": manifest.parity["max_abs"]}
         sessions[task]["fp32"] = session(fp32_path)
-        (ids, mask, tt), extra = quantize.task_batch(task, tok, 128, texts)
+        (ids, mask, tt), extra = agreement.task_batch(task, tok, 128, texts)
         ref = _outputs(lambda *a: run_torch(model, *a), task, ids, mask, tt, extra)
         if task == "text-classification":
             report["fp32"][task]["accuracy_torch"] = float(np.mean(ref[0].argmax(-1) == labels))
@@ -149,7 +149,7 @@ def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
             sess = session(path)
             got = _outputs(lambda *a: run_ort(sess, *a), task, ids, mask, tt, extra)
             row = report["settings"].setdefault(name, {"settings": asdict(s)})
-            metrics = quantize.task_metrics(task, ref, got, mask.numpy(),
+            metrics = agreement.task_metrics(task, ref, got, mask.numpy(),
                                             [0] * len(texts) if task == "fill-mask" else extra)
             if task == "text-classification":
                 metrics["accuracy"] = float(np.mean(got[0].argmax(-1) == labels))

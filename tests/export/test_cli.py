@@ -119,13 +119,17 @@ def test_export_without_task_or_architectures_is_one_line(checkpoints, tmp_path,
 
 
 def test_int8_refusal_names_metric_and_the_way_out(checkpoints, monkeypatch):
+    import dataclasses
+
     from bertonnx.build import load_pretrained
-    from bertonnx.export import api
+    from bertonnx.export import api, precisions
     from bertonnx.runtime.errors import CheckFailed
 
     failing = {"mode": "int8", "metrics": {"span": 0.75},
                "agreement": 0.75, "min_agreement": 0.9, "examples": 40, "passed": False}
-    monkeypatch.setattr(api, "_figures", lambda *a, **k: failing)
+    row = dataclasses.replace(precisions.PRECISIONS["int8"], judge=lambda *a, **k: failing)
+    monkeypatch.setitem(precisions.PRECISIONS, "int8", row)
+    monkeypatch.setattr(api.parity, "session", lambda path: None)  # the judge is replaced
     m = load_pretrained(checkpoints["question-answering"], "question-answering")
     with pytest.raises(CheckFailed) as e:
         api.check_parity(m, None, "int8")

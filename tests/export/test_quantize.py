@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from bertonnx.export import ExportOptions, export_model, graph, quantize
+from bertonnx.export import ExportOptions, export_model, graph, quantize, tied_decoder
 from bertonnx.runtime.contract import INT8_MIN_AGREEMENT, MODEL_NAME
 
 from .conftest import EXPORT_TASKS, LAYERS
@@ -59,7 +59,7 @@ def test_int8_size_and_tied_weights(wide_fill_mask, tmp_path):
 
 
 def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_path):
-    """Why _hide_tied_decoder exists. Left alone, onnxruntime's quantizer mishandles the (V, H)
+    """Why export/tied_decoder.py exists. Left alone, onnxruntime's quantizer mishandles the (V, H)
     table shared by the embeddings and the Gemm decoder: up to 1.2x it transposes it in place
     (the embeddings then read a (H, V) table); 1.32 quantizes a transposed copy for the Gemm,
     so the largest weight is stored twice. Either way the result is not one (V, H) table."""
@@ -74,12 +74,12 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_
         return sorted(list(i.dims) for i in proto.graph.initializer
                       if len(i.dims) == 2 and 4000 in i.dims)
 
-    monkey = quantize._hide_tied_decoder
+    monkey = tied_decoder.hide
     try:
-        quantize._hide_tied_decoder = lambda proto: None
+        tied_decoder.hide = lambda proto: None
         broken, _ = quantize.int8(fused)
     finally:
-        quantize._hide_tied_decoder = monkey
+        tied_decoder.hide = monkey
     assert vocab_tables(broken) in ([[128, 4000]], [[128, 4000], [4000, 128]])
     fixed, _ = quantize.int8(fused)
     assert vocab_tables(fixed) == [[4000, 128]]

@@ -1,0 +1,134 @@
+"""The precisions an export can have, in one table.
+
+Each row says how the fused fp32 graph is converted, how the result is judged against the
+torch model, the one-line summary of that judgement, and what a refusal tells the user.
+export/api.py runs the row `--quantize` names; export/commands.py offers the table's names as
+choices and prints the summary; the manifest records the conversion's settings. A new
+precision is one row here (and its conversion in quantize.py).
+
+Imports stay light: the CLI reads the table to build `--help`; torch, onnx and onnxruntime load
+only when a row's functions run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from bertonnx.runtime.errors import CheckFailed, ConfigError
+
+
+# --- conversions (proto, ExportOptions) -> (proto, the manifest's quantization record) -----
+
+def _int8(proto, options):
+    from . import quantize
+
+    return quantize.int8(proto, options.int8)
+
+
+def _fp16(proto, options):
+    from . import quantize
+
+    return quantize.fp16(proto)
+
+
+# --- judges (model, session, tokenizer) -> parity figures -----------------------------------
+
+def _grid(model, sess, tokenizer):
+    from . import parity
+
+    return parity.grid(model, sess)
+
+
+def _fp16_figures(model, sess, tokenizer):
+    from . import parity
+
+    return parity.fp16_figures(model, sess)
+
+
+def _agreement(model, sess, tokenizer):
+    from . import agreement
+
+    return agreement.agreement(model, sess, tokenizer)
+
+
+# --- summaries: one line per parity report ---------------------------------------------------
+
+def _fp32_line(f: dict) -> str:
+    worst = ", ".join(f"{k} {v:.2e}" for k, v in f["max_abs"].items())
+    return (f"parity fp32: max |Δ| {worst} (tolerance {f['atol']:g}) over "
+            f"{len(f['shapes'])} batch×seq shapes: {'PASS' if f['passed'] else 'FAIL'}")
+
+
+def _int8_line(f: dict) -> str:
+    parts = ", ".join(f"{k} {v:.3f}" for k, v in f["metrics"].items())
+    return (f"parity int8: {parts} on {f['examples']} real sentences "
+            f"(minimum {f['min_agreement']}): {'PASS' if f['passed'] else 'FAIL'}")
+
+
+def _fp16_line(f: dict) -> str:
+    rel = ", ".join(f"{k} {v:.2e}" for k, v in f["rel_max_abs"].items())
+    return f"parity fp16: max |Δ|/scale {rel} (reported, not enforced; fp16 targets GPUs)"
+
+
+# --- refusals: the CheckFailed a failed judgement raises --------------------------------------
+
+def _fp32_refusal(task: str, f: dict) -> CheckFailed:
+    name, worst = max(f["max_abs"].items(), key=lambda kv: kv[1])
+    return CheckFailed(f"parity failed: {name} differs by {worst:.3g} (> {f['atol']:g}) "
+                       f"at batch×seq {f['worst_shape'][name]}",
+                       "run `bertonnx parity DIR --reference MODEL --per-layer` to locate it")
+
+
+def _int8_refusal(task: str, f: dict) -> CheckFailed:
+    metric = next(iter(f["metrics"]))  # the verdict's metric (agreement.task_metrics)
+    return CheckFailed(
+        f"int8 refused: its {task} agreement with the fp32 torch model ({metric}) is "
+        f"{f['agreement']:.3f} on {f['examples']} real sentences, below the "
+        f"{f['min_agreement']} an int8 export must reach",
+        "export fp32 (drop --quantize int8), or export anyway with --no-parity (the int8 graph "
+        "is then unchecked; measure it later with `bertonnx parity DIR --reference MODEL`)")
+
+
+def _never_refused(task: str, f: dict) -> CheckFailed:
+    raise AssertionError("fp16 figures are reported, never enforced")
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str                                   # the --quantize value
+    report_mode: str                            # the parity report's "mode"
+    help: str
+    progress: str                               # what export says while converting
+    convert: Callable | None                    # None: the fused fp32 graph as it is
+    judge: Callable[..., dict]
+    summary: Callable[[dict], str]
+    refusal: Callable[[str, dict], CheckFailed]
+
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("none", "fp32", "fp32: element-wise parity over a grid of batch×seq shapes.",
+              "", None, _grid, _fp32_line, _fp32_refusal),
+    Precision("int8", "int8", "dynamic int8 of the fused graph, for CPUs; judged by task "
+              "agreement with the fp32 model on real sentences.",
+              "quantizing to int8 (dynamic, of the fused graph)", _int8, _agreement,
+              _int8_line, _int8_refusal),
+    Precision("fp16", "fp16", "float16 for GPU providers; its error is reported, not enforced.",
+              "converting to float16 (for GPU providers)", _fp16, _fp16_figures, _fp16_line,
+              _never_refused),
+)}
+
+
+def precision(name: str) -> Precision:
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown quantization {name!r}",
+                          f"use one of {', '.join(PRECISIONS)}") from None
+
+
+def summary_line(figures: dict) -> str:
+    """One line summarising a parity report of any precision."""
+    if not figures:
+        return "parity: not checked"
+    by_mode = {p.report_mode: p for p in PRECISIONS.values()}
+    return by_mode[figures.get("mode", "fp16")].summary(figures)
