@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import onnx
 
@@ -26,12 +26,14 @@ from bertonnx.build import Bert, load_pretrained, load_tokenizer
 from bertonnx.build.heads import task_spec
 from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
                                        MODEL_NAME, OUTPUTS)
-from bertonnx.runtime.errors import (ArtifactError, CheckFailed, ConfigError, InputError,
-                                     TaskMismatchError)
+from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
 from bertonnx.runtime.manifest import Manifest
 
 from . import fusion, graph, parity
 from .precisions import PRECISIONS, precision
+
+if TYPE_CHECKING:
+    from .quantize import Int8Settings
 
 
 

@@ -99,6 +99,25 @@ def demo(out):
     click.echo(f"exported all-MiniLM-L6-v2 (feature-extraction) to {target} ({size / 1e6:.1f} MB)")
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
     click.echo(summary_line(manifest.parity))
-    # -- runtime: answers through the runtime are appended here (owned by the runtime part) --
-    from bertonnx.runtime.commands import demo_answers
-    demo_answers(target)
+    _runtime_answers(target)
+
+
+def _runtime_answers(folder: Path) -> None:
+    """The demo's runtime step, through the library users call: embed two sentences with the
+    export just made, torch-free, then ask the shipped fill-mask default."""
+    from bertonnx.runtime import load
+    from bertonnx.runtime.postprocess import cosine_matrix
+
+    embed = load(folder, task="feature-extraction")
+    pair = ["A man is playing a guitar.", "Someone plays an instrument."]
+    other = "The stock market fell sharply today."
+    sims = cosine_matrix(embed([*pair, other], normalize=True, return_tensors=True))
+    click.echo("answers through bertonnx.runtime (onnxruntime):")
+    click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
+    click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
+    # The shipped fill-mask default (bertonnx.runtime.defaults): MiniLM with an MLM head
+    # trained here on English text, int8.
+    fill = load("default", task="fill-mask")
+    for text in ("Paris is the [MASK] of France.", "The man went to the [MASK] to buy milk."):
+        best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))
+        click.echo(f"  fill-mask default {text!r}: {best}")

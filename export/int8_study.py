@@ -14,6 +14,7 @@ every graph timed in the same round-robin loop so load from other processes hits
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import random
@@ -24,7 +25,6 @@ from dataclasses import asdict
 from importlib import util
 from pathlib import Path
 
-import click
 import numpy as np
 import onnx
 import torch
@@ -168,25 +168,28 @@ def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
     return report
 
 
-@click.command()
-@click.option("--train", default=600, show_default=True)
-@click.option("--eval", "n_eval", default=600, show_default=True)
-@click.option("--rounds", default=15, show_default=True)
-@click.option("--json", "json_path", type=click.Path(path_type=Path))
-def main(train, n_eval, rounds, json_path):
+def main(argv=None):
+    # argparse, not click: a study run as `python -m`, not a bertonnx command
+    ap = argparse.ArgumentParser(prog="python -m bertonnx.export.int8_study")
+    ap.add_argument("--train", type=int, default=600)
+    ap.add_argument("--eval", dest="n_eval", type=int, default=600)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--json", dest="json_path", type=Path)
+    a = ap.parse_args(argv)
+    train, n_eval, rounds, json_path = a.train, a.n_eval, a.rounds, a.json_path
     with tempfile.TemporaryDirectory(prefix="bertonnx-int8-study-") as d:
         report = study(train, n_eval, rounds, Path(d))
     if json_path:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
     fp = report["fp32"]
-    click.echo(f"fp32: classification acc {fp['text-classification']['accuracy_torch']:.3f}, "
+    print(f"fp32: classification acc {fp['text-classification']['accuracy_torch']:.3f}, "
                f"{fp['text-classification']['median_ms_b8_s128']} ms; fill-mask "
                f"{fp['fill-mask']['median_ms_b8_s128']} ms")
-    click.echo(f"{'setting':32} {'cls agree':>9} {'cls acc':>7} {'mlm top1':>8} {'top5':>5} "
+    print(f"{'setting':32} {'cls agree':>9} {'cls acc':>7} {'mlm top1':>8} {'top5':>5} "
                f"{'cls ms':>7} {'mlm ms':>7} {'size':>6}")
     for name, r in report["settings"].items():
         c, m = r["text-classification"], r["fill-mask"]
-        click.echo(f"{name:32} {c['argmax']:9.3f} {c['accuracy']:7.3f} {m['top1']:8.3f} "
+        print(f"{name:32} {c['argmax']:9.3f} {c['accuracy']:7.3f} {m['top1']:8.3f} "
                    f"{m['top5_overlap']:5.3f} {c['median_ms_b8_s128']:7.1f} "
                    f"{m['median_ms_b8_s128']:7.1f} {m['size_vs_fp32']:6.3f}")
 

@@ -1,4 +1,4 @@
-"""Inference commands: fill-mask, classify, qa, tokens, embed — torch-free.
+"""Inference commands: fill-mask, classify, qa, tokens, embed, and export-triton — torch-free.
 
 Each command maps its flags onto the pipeline's arguments (same names as the Python API) and
 prints either `--json` (the pipeline's own result, machine-readable) or a small table. Errors
@@ -14,6 +14,8 @@ import numpy as np
 
 from .errors import InputError
 from .io import read_inputs, texts_of
+from .triton import KINDS as TRITON_KINDS
+from .triton import TritonOptions, write_repository
 
 
 class Renamed(click.Option):
@@ -278,20 +280,26 @@ def embed(folder, threads, providers, batch_size, as_json, texts, input_file, po
                    + " ".join(f"{x:+.4f}" for x in v[:8]))
 
 
-def demo_answers(folder: Path) -> None:
-    """The demo's runtime step: embed two sentences through the exported folder, torch-free."""
-    pipe = _load(folder, "feature-extraction", None, None, 32)
-    pair = ["A man is playing a guitar.", "Someone plays an instrument."]
-    other = "The stock market fell sharply today."
-    from .postprocess import cosine_matrix
+# -- Triton -----------------------------------------------------------------------------------
 
-    sims = cosine_matrix(pipe([*pair, other], normalize=True, return_tensors=True))
-    click.echo("answers through bertonnx.runtime (onnxruntime):")
-    click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
-    click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
-    # The shipped fill-mask default (bertonnx.runtime.defaults): MiniLM with an MLM head
-    # trained here on English text, int8.
-    fill = _load("default", "fill-mask", None, None, 32)
-    for text in ("Paris is the [MASK] of France.", "The man went to the [MASK] to buy milk."):
-        best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))
-        click.echo(f"  fill-mask default {text!r}: {best}")
+@click.command("export-triton")
+@click.argument("export_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--repository", "-r", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Triton model repository folder (created if missing).")
+@click.option("--name", default=None, help="Model name in the repository [default: DIR's name].")
+@click.option("--max-batch-size", default=32, show_default=True, type=int,
+              help="Largest batch Triton's dynamic batcher forms.")
+@click.option("--instances", default=1, show_default=True, type=int,
+              help="Model instances (instance_group count).")
+@click.option("--kind", type=click.Choice(sorted(TRITON_KINDS)), default="cpu", show_default=True,
+              help="Where the instances run.")
+@click.option("--max-wait-ms", default=5.0, show_default=True, type=float,
+              help="Dynamic batching max queue delay.")
+@click.option("--force", is_flag=True, help="Replace an existing REPO/NAME.")
+def export_triton(export_dir, repository, name, max_batch_size, instances, kind,
+                  max_wait_ms, force):
+    """Write a Triton model repository entry (onnxruntime backend) for the export in DIR."""
+    target = write_repository(export_dir, repository, TritonOptions(
+        name=name, max_batch_size=max_batch_size, instances=instances, kind=kind,
+        max_wait_ms=max_wait_ms, force=force))
+    click.echo(str(target))

@@ -20,7 +20,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 
 from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, OUTPUTS
 from .errors import ArtifactError, InputError
@@ -223,27 +222,3 @@ def write_repository(export_dir: str | Path, repository: str | Path,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
-
-
-@click.command("export-triton")
-@click.argument("export_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--repository", "-r", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Triton model repository folder (created if missing).")
-@click.option("--name", default=None, help="Model name in the repository [default: DIR's name].")
-@click.option("--max-batch-size", default=32, show_default=True, type=int,
-              help="Largest batch Triton's dynamic batcher forms.")
-@click.option("--instances", default=1, show_default=True, type=int,
-              help="Model instances (instance_group count).")
-@click.option("--kind", type=click.Choice(sorted(KINDS)), default="cpu", show_default=True,
-              help="Where the instances run.")
-@click.option("--max-wait-ms", default=5.0, show_default=True, type=float,
-              help="Dynamic batching max queue delay.")
-@click.option("--force", is_flag=True, help="Replace an existing REPO/NAME.")
-def export_triton(export_dir, repository, name, max_batch_size, instances, kind,
-                          max_wait_ms, force):
-    """Write a Triton model repository entry (onnxruntime backend) for the export in DIR."""
-    target = write_repository(export_dir, repository, TritonOptions(
-        name=name, max_batch_size=max_batch_size, instances=instances, kind=kind,
-        max_wait_ms=max_wait_ms, force=force))
-    click.echo(str(target))
-

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bertonnx.runtime.batching import BatchConfig, DynamicBatcher
+from bertonnx.runtime.server.batching import BatchConfig, DynamicBatcher
 from bertonnx.runtime.errors import InputError
 
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import BertOnnxError, InputError
+from ..errors import BertOnnxError, InputError
 
 # run(payloads, params) -> one result per payload; raises BertOnnxError for bad input.
 RunFn = Callable[[list, dict], list]

@@ -1,0 +1,93 @@
+"""Prometheus text for GET /metrics: requests by status, latency and batch-size histograms,
+queue depth. Hand-written (a few dozen lines) rather than a client library: the format is
+stable and the runtime stays at numpy, onnxruntime, tokenizers and click."""
+from __future__ import annotations
+
+import threading
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class _Histogram:
+    def __init__(self, buckets):
+        self.buckets = tuple(buckets)
+        self.counts = [0] * len(self.buckets)   # per bucket, not cumulative
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+        self.total += 1
+        self.sum += value
+
+    def render(self, name: str, labels: str = "") -> list[str]:
+        sep = "," if labels else ""
+        lines, running = [], 0
+        for bound, n in zip(self.buckets, self.counts):
+            running += n
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{bound:g}"}} {running}')
+        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.total}')
+        suffix = f"{{{labels}}}" if labels else ""
+        lines.append(f"{name}_sum{suffix} {self.sum:.9g}")
+        lines.append(f"{name}_count{suffix} {self.total}")
+        return lines
+
+
+class Metrics:
+    """Counters and histograms for /metrics; batch hooks run on worker threads, hence the lock."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests: dict[str, int] = {}
+        self.latency = _Histogram(_LATENCY_BUCKETS)
+        self.batch_inputs = _Histogram(_SIZE_BUCKETS)
+        self.batch_requests = _Histogram(_SIZE_BUCKETS)
+        self.batch_seconds = _Histogram(_LATENCY_BUCKETS)
+        self.batch_max = 0
+        self.in_flight = 0
+
+    def request_done(self, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[str(status)] = self.requests.get(str(status), 0) + 1
+            self.latency.observe(seconds)
+
+    def batch_done(self, inputs: int, requests: int, seconds: float) -> None:
+        with self._lock:
+            self.batch_inputs.observe(inputs)
+            self.batch_requests.observe(requests)
+            self.batch_seconds.observe(seconds)
+            self.batch_max = max(self.batch_max, inputs)
+
+    def render(self, *, ready: bool, queued: int) -> str:
+        p = "bertonnx"
+        with self._lock:
+            # (name, type, help, sample lines): one row per metric, Prometheus text format 0.0.4
+            metrics = [
+                ("requests_total", "counter", "Prediction requests answered, by HTTP status.",
+                 [f'{p}_requests_total{{status="{s}"}} {n}'
+                  for s, n in sorted(self.requests.items())]),
+                ("request_duration_seconds", "histogram", "Time from request to answer.",
+                 self.latency.render(f"{p}_request_duration_seconds")),
+                ("batch_size", "histogram", "Inputs per pipeline call.",
+                 self.batch_inputs.render(f"{p}_batch_size")),
+                ("batch_requests", "histogram", "Requests merged into one pipeline call.",
+                 self.batch_requests.render(f"{p}_batch_requests")),
+                ("batch_duration_seconds", "histogram", "Time of one pipeline call.",
+                 self.batch_seconds.render(f"{p}_batch_duration_seconds")),
+                ("batch_size_max", "gauge", "Largest batch so far.",
+                 [f"{p}_batch_size_max {self.batch_max}"]),
+                ("in_flight_requests", "gauge", "Requests received and not yet answered.",
+                 [f"{p}_in_flight_requests {self.in_flight}"]),
+                ("queue_depth", "gauge", "Requests waiting for a batch.",
+                 [f"{p}_queue_depth {queued}"]),
+                ("model_ready", "gauge", "1 once the model answers.",
+                 [f"{p}_model_ready {int(ready)}"]),
+            ]
+        out = []
+        for name, kind, text, lines in metrics:
+            out += [f"# HELP {p}_{name} {text}", f"# TYPE {p}_{name} {kind}", *lines]
+        return "\n".join(out) + "\n"
