@@ -27,6 +27,7 @@ from bertonnx.build.heads import task_spec
 from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
                                        MODEL_NAME, OUTPUTS)
 from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
+from bertonnx.runtime.atomic import replace_folder
 from bertonnx.runtime.manifest import Manifest
 
 from . import fusion, graph, parity
@@ -107,17 +108,6 @@ def _config_summary(model: Bert) -> dict:
             "problem_type": c.problem_type}
 
 
-def _install(tmp: Path, out: Path) -> None:
-    """Rename the finished temp folder to `out`; an old `out` is moved aside first."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -158,7 +148,7 @@ def export_model(model: str | Path | Bert, task: str, out: str | Path,
     try:
         manifest = _build(m, task, tmp, options, tokenizer, say, source=model)
         say(f"writing {out}")
-        _install(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+from .atomic import replace_folder
 from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, OUTPUTS
 from .errors import ArtifactError, InputError
 from .manifest import Manifest
@@ -211,13 +212,7 @@ def write_repository(export_dir: str | Path, repository: str | Path,
         (tmp / "config.pbtxt").write_text(config_pbtxt(name, inputs, outputs, opts),
                                           encoding="utf-8")
         os.chmod(tmp, 0o755)  # mkdtemp makes 0700; Triton may run as another user
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{name}.old.", dir=repo))
-            target.rename(old / name)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
+        replace_folder(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertonnx.runtime.atomic import replace_folder
 from bertonnx.runtime.errors import ArtifactError, InputError
 from bertonnx.runtime.progress import Progress
 
@@ -175,8 +176,7 @@ class Trainer:
         torch.save({"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "seed": self.cfg.seed, "global_batch": self.global_micro * self.cfg.grad_accum},
                    tmp / STATE_FILE)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)  # a checkpoint folder either is complete or does not exist
+        replace_folder(tmp, final)  # a checkpoint folder either is complete or does not exist
         for old in checkpoints(self.out)[:-self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
 
