@@ -1,4 +1,4 @@
-"""CPU seconds per forward of ONNX graphs on one thread: a figure other processes' load barely moves.
+"""CPU seconds per forward of ONNX graphs on one thread: a figure other processes barely move.
 
     python -m bertonnx.bench.cpu_time --batch 32 --seq 128 A.onnx B.onnx ...
 

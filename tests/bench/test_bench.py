@@ -1,6 +1,7 @@
-"""`bertonnx bench` and `python -m bertonnx.bench.compare`: they run on a tiny model in seconds and report
-what they claim to (no timing assertions: timings are only compared side by side, in
-BENCHMARKS.md). Plus the arithmetic and measurement helpers the figures rest on."""
+"""`bertonnx bench`, `python -m bertonnx.bench.compare` and `... cpu_time`: they run on a tiny
+model in seconds and report what they claim to (no timing assertions: timings are only compared
+side by side, in BENCHMARKS.md). Plus `run`, the report, and the arithmetic and measurement
+helpers the figures rest on."""
 from __future__ import annotations
 
 import json
