@@ -1,7 +1,7 @@
 """bertonnx.export — torch -> ONNX: the export contract, fusion, quantization, parity, manifest.
 
 The names below are imported on first use (PEP 562), so a torch-free module of this package
-(the `bench` command) imports without torch.
+(texts.py) imports without torch.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ COMMANDS = {
                       "torch"),
     "parity": Command("bertonnx.export.commands:parity",
                       "Check an export against its torch reference.", "torch"),
-    "bench": Command("bertonnx.export.bench:bench",
+    "bench": Command("bertonnx.bench.commands:bench",
                      "Measure an export: throughput, latency, cold start, size."),
     "export-triton": Command("bertonnx.runtime.commands:export_triton",
                              "Write a Triton model repository entry for an export."),

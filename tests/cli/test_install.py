@@ -107,3 +107,14 @@ def test_help_lists_every_command(user_venv):
     for name in COMMANDS:
         assert f"  {name} " in r.stdout
     assert "pip install 'bertonnx[serve]'" in r.stdout  # the listing says what is missing
+
+
+def test_bench_from_the_wheel_without_torch(user_venv, tmp_path):
+    """bertonnx.bench is in the wheel, and `bertonnx bench` on an export needs no torch."""
+    bin_, _ = user_venv
+    texts = tmp_path / "texts.txt"
+    texts.write_text("Paris is a city in France.\nThe cat sat on the mat.\n", encoding="utf-8")
+    r = _run([bin_ / "bertonnx", "bench", "default", "--quick", "--no-cold-start",
+              "--texts", texts, "--json"], cwd=bin_)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx int8 fused"]

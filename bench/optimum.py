@@ -1,0 +1,107 @@
+"""The Optimum baseline: its documented CPU path, then an ORTModel inside a transformers pipeline.
+
+    checkpoint ─ ORTModel export ─┬─ ORTOptimizer O2 (fp32)             → "Optimum O2 (fp32)"
+                                  └─ ORTQuantizer dynamic int8 (avx2)    → "Optimum int8"
+
+The int8 is made from the plain export: ORTQuantizer on the O2 graph is tried first and its
+failure recorded (it cannot type the fused graph's tensors: "Unable to find data type for
+weight_name ..."). Optimum is the optional `bench` extra; public APIs only.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from .engines import Engine, hf_pipeline_engine
+from .inputs import model_max_length
+
+TASK = "text-classification"  # ORTModelForSequenceClassification: the comparison's one task
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                   "special_tokens_map.json")
+
+
+def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None) -> dict:
+    """Optimum's documented CPU path: export, O2-optimise (fp32), dynamic int8 (avx2 config).
+
+    Returns {"fp32": (dir, file), "int8": (dir, file), "notes": [...]}."""
+    from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
+
+    plain, o2, int8 = work / "optimum-plain", work / "optimum-O2", work / "optimum-int8"
+    notes = []
+    if fresh:
+        for d in (plain, o2, int8):
+            shutil.rmtree(d, ignore_errors=True)
+    if not (plain / "model.onnx").is_file():
+        say("optimum export")
+        m = ORTModelForSequenceClassification.from_pretrained(ckpt, export=True)
+        m.save_pretrained(plain)
+        _copy_tokenizer(ckpt, plain)
+    if not (o2 / "model_optimized.onnx").is_file():
+        say("optimum O2 optimisation")
+        m = ORTModelForSequenceClassification.from_pretrained(plain)
+        ORTOptimizer.from_pretrained(m).optimize(save_dir=o2,
+                                                 optimization_config=AutoOptimizationConfig.O2())
+        _copy_tokenizer(ckpt, o2)
+    if not (int8 / "model_quantized.onnx").is_file():
+        qc = AutoQuantizationConfig.avx2(is_static=False, per_channel=False)
+        try:  # the fused graph first: the obvious path, and the one that fails
+            ORTQuantizer.from_pretrained(o2, file_name="model_optimized.onnx").quantize(
+                save_dir=work / "optimum-O2-int8", quantization_config=qc)
+            notes.append("ORTQuantizer on the O2 graph worked")
+        except Exception as e:  # noqa: BLE001 — recorded, then the working path is taken
+            notes.append(f"ORTQuantizer on the O2 graph failed: {str(e).splitlines()[0][:160]}")
+        shutil.rmtree(work / "optimum-O2-int8", ignore_errors=True)
+        say("optimum int8 (dynamic, avx2 config, of the plain export)")
+        ORTQuantizer.from_pretrained(plain, file_name="model.onnx").quantize(
+            save_dir=int8, quantization_config=qc)
+        _copy_tokenizer(ckpt, int8)
+        (work / "optimum-notes.json").write_text(json.dumps(notes))
+    elif (work / "optimum-notes.json").is_file():
+        notes = json.loads((work / "optimum-notes.json").read_text())
+    return {"fp32": (o2, "model_optimized.onnx"), "int8": (int8, "model_quantized.onnx"),
+            "notes": notes}
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file() and not (dst / name).is_file():
+            shutil.copy2(src / name, dst / name)
+
+
+def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, threads: int,
+                   batch_sizes: tuple[int, ...]) -> Engine:
+    """ORTModel inside a transformers pipeline (end to end; optimum builds that session) and
+    the same graph in bertonnx's session factory (model only), at our thread count."""
+    import onnxruntime as ort
+    from optimum.onnxruntime import ORTModelForSequenceClassification
+    from transformers import AutoTokenizer, pipeline
+
+    from bertonnx.runtime.session import create_session
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    model = ORTModelForSequenceClassification.from_pretrained(folder, file_name=file_name,
+                                                              session_options=so)
+    tok = AutoTokenizer.from_pretrained(folder)
+    engine = hf_pipeline_engine(
+        name, lambda bs: pipeline(TASK, model=model, tokenizer=tok, device=-1, batch_size=bs),
+        TASK, inputs, batch_sizes, model_max_length(folder))
+    session = create_session(folder / file_name, threads=threads)
+    engine.forward = lambda feeds: session.run(feeds)
+    return engine
+
+
+def optimum_script_argv(folder: Path, file_name: str, text: str) -> list[str]:
+    """The cold-start counterpart of `bertonnx classify`: an Optimum pipeline script."""
+    code = ("import sys\n"
+            "from optimum.onnxruntime import ORTModelForSequenceClassification\n"
+            "from transformers import AutoTokenizer, pipeline\n"
+            "m = ORTModelForSequenceClassification.from_pretrained(sys.argv[1], "
+            "file_name=sys.argv[2])\n"
+            "p = pipeline('text-classification', model=m, "
+            "tokenizer=AutoTokenizer.from_pretrained(sys.argv[1]))\n"
+            "print(p(sys.argv[3]))\n")
+    return [sys.executable, "-c", code, str(folder), file_name, text]
