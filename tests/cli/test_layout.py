@@ -11,10 +11,7 @@ from pathlib import Path
 from bertonnx.runtime.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("build", "export", "runtime")
-# export/bench.py moves into a bench package of its own (issue 12, item 1); until then its
-# `bench` command is the one exception.
-NOT_YET_MOVED = {"export/bench.py"}
+PACKAGES = ("build", "export", "runtime", "bench")
 
 
 def _imports_click(path: Path) -> bool:
@@ -30,7 +27,7 @@ def test_click_only_in_commands_modules():
     offenders = sorted(
         str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
         if p.name != "commands.py" and p.relative_to(ROOT).as_posix() != "runtime/cli.py"
-        and p.relative_to(ROOT).as_posix() not in NOT_YET_MOVED and _imports_click(p))
+        and _imports_click(p))
     assert offenders == []
 
 
@@ -39,8 +36,7 @@ def test_every_command_lives_in_a_commands_module():
 
     for name, cmd in COMMANDS.items():
         module, _, attr = cmd.target.partition(":")
-        path = module.removeprefix("bertonnx.").replace(".", "/") + ".py"
-        assert module.endswith(".commands") or path in NOT_YET_MOVED, name
+        assert module.endswith(".commands"), name
         assert isinstance(getattr(importlib.import_module(module), attr), click.Command), name
 
 
