@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertonnx.runtime.contract import TASKS as CONTRACTS
 from bertonnx.runtime.errors import ConfigError
 
 from .config import BertConfig
@@ -121,20 +122,21 @@ class TaskSpec:
     head: type
     hf_class: str     # the transformers class whose checkpoints this task reads and writes
     pooler: bool      # does that HF class carry a pooler?
-    outputs: tuple[str, ...]
+
+
+def _spec(task: str, head: type, pooler: bool) -> TaskSpec:
+    """An exportable task's spec: its transformers class comes from the task's contract."""
+    return TaskSpec(head, CONTRACTS[task].hf_class, pooler)
 
 
 TASKS: dict[str, TaskSpec] = {
-    "fill-mask": TaskSpec(FillMaskHead, "BertForMaskedLM", False, ("logits",)),
-    "text-classification": TaskSpec(ClassifierHead, "BertForSequenceClassification", True,
-                                    ("logits",)),
-    "token-classification": TaskSpec(TokenClassifierHead, "BertForTokenClassification", False,
-                                     ("logits",)),
-    "question-answering": TaskSpec(SpanHead, "BertForQuestionAnswering", False,
-                                   ("start_logits", "end_logits")),
-    "feature-extraction": TaskSpec(IdentityHead, "BertModel", True, ("last_hidden_state",)),
-    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True,
-                            ("mlm_logits", "nsp_logits")),
+    "fill-mask": _spec("fill-mask", FillMaskHead, False),
+    "text-classification": _spec("text-classification", ClassifierHead, True),
+    "token-classification": _spec("token-classification", TokenClassifierHead, False),
+    "question-answering": _spec("question-answering", SpanHead, False),
+    "feature-extraction": _spec("feature-extraction", IdentityHead, True),
+    # training only: no export, no pipeline, so no contract
+    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True),
 }
 
 
