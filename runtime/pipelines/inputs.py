@@ -52,10 +52,6 @@ class Inputs:
     def __len__(self) -> int:
         return len(self.records)
 
-    def where(self, i: int, what: str) -> str:
-        """How an error names input i: "text" for a single input, "text #3" in a list."""
-        return what if self.single else f"{what} #{i}"
-
     def listed(self) -> "Inputs":
         """The same records as a list input: the call returns one result per record."""
         return replace(self, single=False, form="list")
