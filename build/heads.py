@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertonnx.runtime.contract import TASKS as CONTRACTS
 from bertonnx.runtime.errors import ConfigError
 
 from .config import BertConfig
@@ -125,12 +126,18 @@ class TaskSpec:
     # The graph's outputs are the export contract's (runtime/contract.py), not declared here.
 
 
+def _spec(task: str, head: type, pooler: bool) -> TaskSpec:
+    """An exportable task's spec: its transformers class comes from the task's contract."""
+    return TaskSpec(head, CONTRACTS[task].hf_class, pooler)
+
+
 TASKS: dict[str, TaskSpec] = {
-    "fill-mask": TaskSpec(FillMaskHead, "BertForMaskedLM", False),
-    "text-classification": TaskSpec(ClassifierHead, "BertForSequenceClassification", True),
-    "token-classification": TaskSpec(TokenClassifierHead, "BertForTokenClassification", False),
-    "question-answering": TaskSpec(SpanHead, "BertForQuestionAnswering", False),
-    "feature-extraction": TaskSpec(IdentityHead, "BertModel", True),
+    "fill-mask": _spec("fill-mask", FillMaskHead, False),
+    "text-classification": _spec("text-classification", ClassifierHead, True),
+    "token-classification": _spec("token-classification", TokenClassifierHead, False),
+    "question-answering": _spec("question-answering", SpanHead, False),
+    "feature-extraction": _spec("feature-extraction", IdentityHead, True),
+    # training only: no export, no pipeline, so no contract
     "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True),
 }
 

@@ -1,33 +1,87 @@
-"""The export contract, declared once: graph input/output names, dynamic axes, tolerances.
+"""The export contract, declared once: graph input/output names, dynamic axes, tolerances, and
+one `TaskContract` record per task (outputs, transformers class, CLI name, pipeline class).
 
 Used by export (to name and shape the graph), parity (what to compare, how closely), the
-manifest (what is recorded) and the runtime (what to feed). Reference: optimum's
+manifest (what is recorded), Triton (output dims), the heads (transformers class) and the
+runtime (what to feed, which pipeline). Reference: optimum's
 `BertOnnxConfig`. Lives in the torch-free runtime so the runtime can use it without export.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
+
+from .errors import ConfigError
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # all int64
 INPUT_DTYPE = "int64"
 BATCH, SEQUENCE = "batch", "sequence"
 INPUT_AXES = MappingProxyType({0: BATCH, 1: SEQUENCE})
 
-# task -> ((output name, dynamic axes), ...), in the order the torch model returns them.
 _BS = MappingProxyType({0: BATCH, 1: SEQUENCE})
 _B = MappingProxyType({0: BATCH})
-OUTPUTS = MappingProxyType({
-    "fill-mask": (("logits", _BS),),
-    "text-classification": (("logits", _B),),
-    "token-classification": (("logits", _BS),),
-    "question-answering": (("start_logits", _BS), ("end_logits", _BS)),
-    "feature-extraction": (("last_hidden_state", _BS),),
-})
-EXPORT_TASKS = tuple(OUTPUTS)
+
+
+@dataclass(frozen=True)
+class TaskContract:
+    """Everything bertonnx says about one task, in one record (read by the heads, the export,
+    the manifest, Triton, the pipelines and the CLI)."""
+
+    task: str                    # also transformers' pipeline task name
+    outputs: tuple               # ((graph output name, dynamic axes), ...) in the model's order
+    hf_class: str                # transformers class whose checkpoints the task reads and writes
+    cli_name: str                # the `bertonnx` inference command
+    pipeline: str                # "module:Class" under bertonnx.runtime.pipelines
+    aliases: tuple[str, ...] = ()  # transformers' other names for the task
+    # The output's one fixed (non-batch, non-sequence) axis and the config.json field that
+    # sizes it; Triton needs the number when the graph leaves the axis symbolic.
+    fixed_axis: tuple[int, str] | None = None
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.outputs)
+
+
+TASKS = MappingProxyType({c.task: c for c in (
+    TaskContract("fill-mask", (("logits", _BS),), "BertForMaskedLM", "fill-mask",
+                 "fill_mask:FillMaskPipeline", fixed_axis=(2, "vocab_size")),
+    TaskContract("text-classification", (("logits", _B),), "BertForSequenceClassification",
+                 "classify", "text_classification:TextClassificationPipeline",
+                 aliases=("sentiment-analysis",), fixed_axis=(1, "num_labels")),
+    TaskContract("token-classification", (("logits", _BS),), "BertForTokenClassification",
+                 "tokens", "token_classification:TokenClassificationPipeline",
+                 aliases=("ner",), fixed_axis=(2, "num_labels")),
+    TaskContract("question-answering", (("start_logits", _BS), ("end_logits", _BS)),
+                 "BertForQuestionAnswering", "qa",
+                 "question_answering:QuestionAnsweringPipeline"),
+    TaskContract("feature-extraction", (("last_hidden_state", _BS),), "BertModel", "embed",
+                 "feature_extraction:FeatureExtractionPipeline", fixed_axis=(2, "hidden_size")),
+)})
+# task -> ((output name, dynamic axes), ...), in the order the torch model returns them.
+OUTPUTS = MappingProxyType({t: c.outputs for t, c in TASKS.items()})
+EXPORT_TASKS = tuple(TASKS)
+# transformers' other names for the same tasks
+TASK_ALIASES = MappingProxyType({a: c.task for c in TASKS.values() for a in c.aliases})
+
+
+def task_contract(task: str) -> TaskContract:
+    """The task's record; an alias (e.g. "ner") names its task. ConfigError for unknown ones."""
+    task = TASK_ALIASES.get(task, task)
+    if task not in TASKS:
+        raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(TASKS)}")
+    return TASKS[task]
+
+
+def pipeline_class(task: str) -> type:
+    """The task's pipeline class, imported only now (the CLI stays light until it runs)."""
+    from importlib import import_module
+
+    module, name = task_contract(task).pipeline.split(":")
+    return getattr(import_module(f"bertonnx.runtime.pipelines.{module}"), name)
 
 
 def output_names(task: str) -> tuple[str, ...]:
-    return tuple(name for name, _ in OUTPUTS[task])
+    return TASKS[task].output_names
 
 
 def dynamic_axes(task: str) -> dict[str, dict[int, str]]:

@@ -20,9 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from .atomic import replace_folder
-from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, OUTPUTS
+from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, TASKS
 from .errors import ArtifactError, InputError
 from .manifest import Manifest
 
@@ -60,17 +59,6 @@ class Tensor:
     dims: tuple[int, ...]            # without the batch axis; -1 = dynamic
 
 
-# The one fixed (non-batch, non-sequence) axis of each task's output, and the config.json
-# field that sizes it. The exporter may leave it symbolic (a Reshape names it), so when the
-# graph does not say, the model's config does; when both say, they must agree.
-FIXED_AXIS = {
-    "fill-mask": (2, "vocab_size"),
-    "text-classification": (1, "num_labels"),
-    "token-classification": (2, "num_labels"),
-    "feature-extraction": (2, "hidden_size"),
-}
-
-
 def _config_size(config: dict, key: str) -> int | None:
     if key == "num_labels" and config.get("id2label"):
         return len(config["id2label"])
@@ -88,7 +76,8 @@ def graph_tensors(export_dir: Path, task: str, config: dict | None = None
 
     session = create_session(export_dir / MODEL_NAME, optimization="disable").inner
     contract_axes = {n: dict(INPUT_AXES) for n in INPUT_NAMES}
-    contract_axes.update({n: dict(ax) for n, ax in OUTPUTS[task]})
+    contract = TASKS[task]
+    contract_axes.update({n: dict(ax) for n, ax in contract.outputs})
 
     def convert(args, expected: tuple[str, ...], what: str) -> list[Tensor]:
         names = tuple(a.name for a in args)
@@ -105,7 +94,9 @@ def graph_tensors(export_dir: Path, task: str, config: dict | None = None
             if len(a.shape) < 1 + max(axes):
                 raise ArtifactError(f"{a.name} has rank {len(a.shape)}, the contract wants "
                                     f"axes {dict(axes)}", "export the model again")
-            fixed_axis, key = FIXED_AXIS.get(task, (None, None))
+            # the output's one fixed axis: the graph may leave it symbolic (a Reshape names it),
+            # so when the graph does not say, the model's config does; both saying must agree
+            fixed_axis, key = contract.fixed_axis or (None, None)
             from_config = _config_size(config or {}, key) if key and what == "outputs" else None
             dims = []
             for i, d in enumerate(a.shape[1:], start=1):
@@ -129,7 +120,7 @@ def graph_tensors(export_dir: Path, task: str, config: dict | None = None
     inputs = convert(session.get_inputs(), INPUT_NAMES, "inputs")
     if not any(t.name == "input_ids" for t in inputs):
         raise ArtifactError("the graph has no input_ids input", "export the model again")
-    outputs = convert(session.get_outputs(), tuple(n for n, _ in OUTPUTS[task]), "outputs")
+    outputs = convert(session.get_outputs(), contract.output_names, "outputs")
     return inputs, outputs
 
 

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..contract import TASK_ALIASES, TASKS, pipeline_class
 from ..defaults import resolve_export
 from ..errors import ConfigError, TaskMismatchError
 from ..manifest import Manifest
 from ..session import create_session
-from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline
+from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline, Windows
 from .feature_extraction import FeatureExtractionPipeline
 from .fill_mask import FillMaskPipeline
+from .inputs import Inputs, QAInput, TextPair
 from .question_answering import QuestionAnsweringPipeline
 from .text_classification import TextClassificationPipeline
 from .token_classification import TokenClassificationPipeline
 
-PIPELINES: dict[str, type[Pipeline]] = {p.task: p for p in (
-    FillMaskPipeline, TextClassificationPipeline, QuestionAnsweringPipeline,
-    TokenClassificationPipeline, FeatureExtractionPipeline)}
-# transformers' other names for the same tasks
-TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
+# task -> pipeline class, as the task table (runtime/contract.py) names them
+PIPELINES: dict[str, type[Pipeline]] = {task: pipeline_class(task) for task in TASKS}
 
-__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "FillMaskPipeline",
+__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "Inputs", "TextPair", "QAInput",
+           "Windows", "FillMaskPipeline",
            "TextClassificationPipeline", "QuestionAnsweringPipeline",
            "TokenClassificationPipeline", "FeatureExtractionPipeline"]
 

@@ -1,38 +1,41 @@
-"""What every pipeline shares: the export folder, tokenization limits, length-sorted batching.
+"""What every pipeline shares: the export folder, the task's input rules, and the loop.
 
 A pipeline is built from an `ExportFolder` (manifest verified, config.json, tokenizer) and a
-`Session` (runtime/session.py). Lists run through length-sorted micro-batches padded on the
-RIGHT only to the longest member — onnxruntime's fused Attention assumes right padding — and
-results are written back in input order.
+`Session` (runtime/session.py). The base owns the loop every task runs:
+
+    read_inputs -> records -> encode (long inputs: windows, each with its owner) ->
+    length-sorted micro-batches padded on the RIGHT to the longest member (onnxruntime's
+    fused Attention assumes right padding) -> session -> each row written back to its
+    encoding's position -> per-input post-processing -> unwrap
+
+Subclasses declare their input rules (`read_inputs`, `unwrap`, `input_hint`) and
+post-process; they never index batches back into inputs themselves. Reference: fastembed's
+`OnnxTextModel` (the base owns the batch loop).
 """
 from __future__ import annotations
-
 
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from ..batches import MAX_BATCH_TOKENS, Batch, micro_batches  # noqa: F401 (bench, tests)
 from ..contract import MODEL_NAME, output_names
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError
 from ..files import read_json_object
 from ..manifest import Manifest
 from ..postprocess import clean_up_tokenization
 from ..session import Session
 from ..tokenizer import WordPieceTokenizer, load_tokenizer
+from .inputs import Inputs, check_text, read_texts  # noqa: F401 (subclasses)
 
 log = logging.getLogger("bertonnx")
 
 DEFAULT_BATCH_SIZE = 32
-# Padded tokens per session call. Past a few thousand, attention's (B, nh, T, T) scores leave
-# the cache and a batch costs more per text than smaller ones (measured: MiniLM, 192 mixed
-# tweets/passages: unbounded 8.2-8.5 s, 8192 8.0-8.1, 4096 6.3, 2048 5.7-6.2, 1024 6.1 s);
-# short texts still go 32 wide.
-MAX_BATCH_TOKENS = 2048
 
 
 @dataclass
@@ -76,57 +79,40 @@ def _read_json(path: Path) -> dict:
 
 
 @dataclass
-class Batch:
-    """One right-padded micro-batch: rows are `index` into the caller's list."""
+class Windows:
+    """Every window of every input, inputs in order: a long input becomes several overlapping
+    windows (the tokenizers library's overflow), each knowing its input and its place."""
 
-    index: np.ndarray            # (B,) positions in the input list
-    input_ids: np.ndarray        # (B, T) int64
-    attention_mask: np.ndarray   # (B, T) int64
-    token_type_ids: np.ndarray   # (B, T) int64
-    lengths: np.ndarray          # (B,)
+    encodings: list          # (W,) tokenizers Encodings
+    owner: np.ndarray        # (W,) index of the input each window belongs to
+    part: np.ndarray         # (W,) the window's place in its input (0 = first)
+    n_inputs: int
 
-    def feeds(self) -> dict[str, np.ndarray]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids}
+    @classmethod
+    def of(cls, encodings: list) -> "Windows":
+        """The windows of encodings made with overflow (`[e, *e.overflowing]` each)."""
+        windows, owner, part = [], [], []
+        for i, e in enumerate(encodings):
+            for j, w in enumerate([e, *e.overflowing]):
+                windows.append(w)
+                owner.append(i)
+                part.append(j)
+        return cls(windows, np.asarray(owner, dtype=np.int64), np.asarray(part, dtype=np.int64),
+                   len(encodings))
 
-
-def _spans(sorted_lengths: np.ndarray, batch_size: int, max_tokens: int) -> Iterator[tuple]:
-    """[lo, hi) runs of ascending lengths: ≤ batch_size rows and ≤ max_tokens padded tokens
-    (always at least one row), so long texts go in small batches and short ones in full ones."""
-    lo, n = 0, len(sorted_lengths)
-    while lo < n:
-        hi = lo + 1
-        while (hi < n and hi - lo < batch_size
-               and (hi - lo + 1) * int(sorted_lengths[hi]) <= max_tokens):
-            hi += 1
-        yield lo, hi
-        lo = hi
-
-
-def micro_batches(encodings: list, batch_size: int, pad_id: int,
-                  max_tokens: int = MAX_BATCH_TOKENS) -> Iterator[Batch]:
-    """Length-sorted micro-batches of `encodings` (anything with .ids and .type_ids)."""
-    if batch_size < 1:
-        raise InputError(f"batch_size must be ≥ 1, got {batch_size}", "pass a positive batch size")
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-    order = np.argsort(lengths, kind="stable")
-    for lo, hi in _spans(lengths[order], batch_size, max_tokens):
-        idx = order[lo:hi]
-        lens = lengths[idx]
-        T = int(lens.max())
-        ids = np.full((len(idx), T), pad_id, dtype=np.int64)
-        types = np.zeros((len(idx), T), dtype=np.int64)
-        for row, i in enumerate(idx):  # one copy per row; the tokens stay in C
-            ids[row, :lens[row]] = encodings[i].ids
-            types[row, :lens[row]] = encodings[i].type_ids
-        mask = (np.arange(T)[None, :] < lens[:, None]).astype(np.int64)
-        yield Batch(idx, ids, mask, types, lens)
+    def per_input(self, values: list) -> list[list]:
+        """Per-window values grouped by input: one list per input, windows in order."""
+        bounds = np.searchsorted(self.owner, np.arange(self.n_inputs + 1))
+        return [values[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 class Pipeline:
-    """Base: holds the session and tokenizer; subclasses implement `__call__`."""
+    """Base: holds the session and tokenizer, reads inputs, runs the loop; subclasses
+    implement `__call__` (read, run, post-process, unwrap)."""
 
     task: ClassVar[str]
+    # What the task accepts, for error messages and protocol hints ("send " + input_hint).
+    input_hint: ClassVar[str] = "a text or a list of texts"
 
     def __init__(self, folder: ExportFolder, session: Session,
                  batch_size: int = DEFAULT_BATCH_SIZE):
@@ -150,6 +136,21 @@ class Pipeline:
     def max_length(self) -> int:
         return self.folder.max_length
 
+    # -- the task's input rules ----------------------------------------------------------
+
+    @classmethod
+    def read_inputs(cls, inputs) -> Inputs:
+        """Every form the task's pipeline accepts, read into one record per input (InputError
+        names what is wrong). Read inputs pass through, so a pipeline takes them as well."""
+        return read_texts(inputs)
+
+    @classmethod
+    def unwrap(cls, results: Sequence, inputs: Inputs, **params):
+        """The call's answer from one result per record: one input gives its result, a list
+        gives the list (even of one). `params` are the call's arguments (some tasks' result
+        shape depends on them)."""
+        return results[0] if inputs.single else results
+
     # -- tokenization ------------------------------------------------------------------
 
     def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first"
@@ -168,17 +169,37 @@ class Pipeline:
                 self._backends[key] = tok
         return tok
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None, warn: bool = True) -> list:
+    def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True) -> list:
         """Encode with truncation to the model's length, warning once when anything was cut.
 
-        warn=False leaves the warning to the caller (`warn_truncated`), e.g. until the inputs
-        are known to be valid, so an error is not preceded by a warning about the same text.
+        `pairs` holds each text's pair or None (a mixed list costs two tokenizer calls: one
+        takes all singles or all pairs). warn=False leaves the warning to the caller
+        (`warn_truncated`), e.g. until the inputs are known to be valid, so an error is not
+        preceded by a warning about the same text.
         """
-        batch = [self._head(t) for t in texts] if pairs is None else list(zip(texts, pairs))
-        encs = self.backend(self.max_length).encode_batch(batch)
+        if pairs is not None and all(p is None for p in pairs):
+            pairs = None
+        if pairs is None or all(p is not None for p in pairs):
+            batch = [self._head(t) for t in texts] if pairs is None else list(zip(texts, pairs))
+            encs = self.backend(self.max_length).encode_batch(batch)
+        else:
+            encs = [None] * len(texts)
+            single = [i for i, p in enumerate(pairs) if p is None]
+            double = [i for i, p in enumerate(pairs) if p is not None]
+            for idx, got in ((single, self.encode([texts[i] for i in single], warn=False)),
+                             (double, self.encode([texts[i] for i in double],
+                                                  [pairs[i] for i in double], warn=False))):
+                for i, e in zip(idx, got):
+                    encs[i] = e
         if warn:
             self.warn_truncated(encs)
         return encs
+
+    def encode_windows(self, inputs: list, max_length: int, stride: int,
+                       strategy: str = "longest_first") -> Windows:
+        """Encode into windows of max_length tokens overlapping by `stride`: a long input is
+        windowed, not truncated (QA's contexts, token classification's texts)."""
+        return Windows.of(self.backend(max_length, stride, strategy).encode_batch(inputs))
 
     def warn_truncated(self, encs: list) -> None:
         cut = sum(1 for e in encs if e.overflowing)
@@ -221,32 +242,20 @@ class Pipeline:
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
-        for batch in micro_batches(encodings, size,
-                                   self.tokenizer.pad_token_id):
+        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
             yield batch, self.session.run(batch.feeds(), self.outputs)
 
-
-def as_text_list(inputs, what: str = "text") -> tuple[list[str], bool]:
-    """(texts, was_single); every text a non-empty str."""
-    single = isinstance(inputs, str)
-    texts = [inputs] if single else inputs
-    if not isinstance(texts, (list, tuple)):
-        raise InputError(f"expected a string or a list of strings, got {type(inputs).__name__}",
-                         f"pass the {what} as a str or list[str]")
-    for i, t in enumerate(texts):
-        check_text(t, what if single else f"{what} #{i}")
-    return list(texts), single
+    def infer(self, encodings: list, per_batch: Callable[[Batch, dict], Sequence],
+              batch_size: int | None = None) -> list:
+        """Run `encodings` in length-sorted micro-batches; `per_batch(batch, outputs)` gives
+        one result per row, and each is written back to its encoding's position."""
+        results: list = [None] * len(encodings)
+        for batch, out in self.run(encodings, batch_size):
+            for i, r in zip(batch.index, per_batch(batch, out)):
+                results[i] = r
+        return results
 
 
-def check_text(text, what: str = "text") -> None:
-    if not isinstance(text, str):
-        raise InputError(f"{what} is a {type(text).__name__}, not a string", "pass text")
-    if not text.strip():
-        raise InputError(f"{what} is empty", "pass some text")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        # a lone surrogate (e.g. "\ud83d" from a JSON file cut mid-emoji) is not Unicode text;
-        # the tokenizer would fail with an opaque TypeError
-        raise InputError(f"{what} holds a lone surrogate U+{ord(text[e.start]):04X} at "
-                         f"character {e.start}", "fix the text's encoding") from e
+def unpadded(batch: Batch, array: np.ndarray) -> list[np.ndarray]:
+    """Each row of a (B, T, ...) output cut to its row's own tokens."""
+    return [array[row, :n] for row, n in enumerate(batch.lengths)]

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import POOLINGS, l2_normalize, pool
-from .base import Pipeline, as_text_list
+from .base import Pipeline
 
 
 class FeatureExtractionPipeline(Pipeline):
@@ -24,24 +24,19 @@ class FeatureExtractionPipeline(Pipeline):
             raise InputError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
-        texts, single = as_text_list(inputs)
-        encs = self.encode(texts)
-        results: list = [None] * len(texts)
-        for batch, out in self.run(encs, batch_size):
+        read = self.read_inputs(inputs)
+        encs = self.encode(list(read.records))
+
+        def post(batch, out):
             hidden = out["last_hidden_state"]                              # (B, T, H)
             if pooling == "none":
-                for row, i in enumerate(batch.index):
-                    results[i] = hidden[row:row + 1, :batch.lengths[row]]   # (1, T, H)
-                continue
+                return [hidden[row:row + 1, :n] for row, n in enumerate(batch.lengths)]
             vecs = pool(hidden, batch.attention_mask, pooling)             # (B, H)
-            if normalize:
-                vecs = l2_normalize(vecs)
-            for row, i in enumerate(batch.index):
-                results[i] = vecs[row]
-        if return_tensors:
-            out = results if pooling == "none" else [np.asarray(r) for r in results]
-            if pooling != "none" and not single:
-                return np.stack(out)
-            return out[0] if single else out
-        lists = [r.tolist() for r in results]
-        return lists[0] if single else lists
+            return l2_normalize(vecs) if normalize else vecs
+
+        results = self.infer(encs, post, batch_size)
+        if not return_tensors:
+            results = [r.tolist() for r in results]
+        elif pooling != "none":
+            results = np.stack([np.asarray(r) for r in results])
+        return self.unwrap(results, read)

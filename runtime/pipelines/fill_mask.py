@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import mask_probabilities, topk
-from .base import Pipeline, as_text_list, check_text
+from .base import Pipeline
+from .inputs import check_text
 
 log = logging.getLogger("bertonnx")
 
@@ -54,18 +55,19 @@ class FillMaskPipeline(Pipeline):
             raise InputError("this tokenizer defines no mask token", "use a fill-mask export")
         if not isinstance(top_k, int) or top_k < 1:
             raise InputError(f"top_k must be a positive integer, got {top_k!r}", "pass top_k ≥ 1")
-        texts, single = as_text_list(inputs)
+        read = self.read_inputs(inputs)
+        texts = list(read.records)
         mask_tok = self.tokenizer.mask_token
         for i, t in enumerate(texts):
             if mask_tok not in t:
-                where = "the text" if single else f"text #{i}"
+                where = "the text" if read.single else f"text #{i}"
                 raise InputError(f"no mask token {mask_tok} in {where}: {t[:60]!r}",
                                  f"put {mask_tok} where the word to predict goes")
         tids = None if targets is None else self.target_ids(targets)
         k = top_k if tids is None else min(top_k, len(tids))
         encs = self.encode(texts, warn=False)  # warned below, once every mask is known kept
-        results: list = [None] * len(texts)
-        for batch, out in self.run(encs, batch_size):
+
+        def post(batch, out):
             rows, cols = np.nonzero(batch.input_ids == mask_id)          # (M,), (M,)
             for r in np.setdiff1d(np.arange(len(batch.index)), rows):
                 i = int(batch.index[r])
@@ -78,12 +80,15 @@ class FillMaskPipeline(Pipeline):
             probs = mask_probabilities(out["logits"][rows, cols], tids)  # (M, V or targets)
             vals, idx = topk(probs, k)
             preds = idx if tids is None else tids[idx]                    # (M, k) token ids
-            self._emit(batch, rows, cols, vals, preds, results)
-        self.warn_truncated(encs)
-        return results[0] if single else results
+            return self._emit(batch, rows, cols, vals, preds)
 
-    def _emit(self, batch, rows, cols, vals, preds, results) -> None:
-        """Build result dicts: sequences decoded in one batch call, one dict per proposal."""
+        results = self.infer(encs, post, batch_size)
+        self.warn_truncated(encs)
+        return self.unwrap(results, read)
+
+    def _emit(self, batch, rows, cols, vals, preds) -> list:
+        """Each row's result: sequences decoded in one batch call, one dict per proposal, one
+        list per mask (a text with one mask gives its list alone)."""
         M, k = preds.shape
         n_masks = np.bincount(rows, minlength=len(batch.index))
         seqs = []
@@ -108,5 +113,5 @@ class FillMaskPipeline(Pipeline):
                       "token_str": token_strs[m * k + j], "sequence": texts[m * k + j]}
                      for j in range(k)]
             per_row.setdefault(int(rows[m]), []).append(props)
-        for r, lists in per_row.items():
-            results[batch.index[r]] = lists[0] if len(lists) == 1 else lists
+        return [lists[0] if len(lists) == 1 else lists
+                for _, lists in sorted(per_row.items())]

@@ -26,13 +26,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batches import pad_rows
 from ..errors import InputError
 from ..postprocess import qa_best_spans, qa_probabilities, valid_span_counts, word_char_spans
-from .base import Pipeline, check_text
+from .base import Pipeline, Windows, unpadded
+from .inputs import Inputs, QAInput, check_text
 
 
 class QuestionAnsweringPipeline(Pipeline):
     task = "question-answering"
+
+    input_hint = '{"question": "...", "context": "..."} or a list of such objects'
+
+    @classmethod
+    def read_inputs(cls, *args, question=None, context=None) -> Inputs:
+        """Every accepted call form → one QAInput per input: a {"question", "context"} dict or
+        a list of them; (question, context) positionally; question=/context= as strings, a
+        list of questions on one context, or two lists of the same length."""
+        if len(args) == 1 and isinstance(args[0], Inputs) and question is context is None:
+            return args[0]
+        examples, single = cls._examples(args, question, context)
+        for i, (q, c) in enumerate(examples):
+            where = "" if single else f" of input #{i}"
+            check_text(q, f"the question{where}")
+            check_text(c, f"the context{where}")
+        return Inputs(tuple(QAInput(q, c) for q, c in examples), single,
+                      "dict" if single else "list")
 
     @staticmethod
     def _examples(args, question, context) -> tuple[list[tuple[str, str]], bool]:
@@ -79,16 +98,12 @@ class QuestionAnsweringPipeline(Pipeline):
                  max_seq_len: int | None = None, max_question_len: int = 64,
                  handle_impossible_answer: bool = False, align_to_words: bool = True,
                  batch_size: int | None = None):
-        examples, single = self._examples(args, question, context)
+        read = self.read_inputs(*args, question=question, context=context)
         for name, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
                         ("max_question_len", max_question_len)):
             if not isinstance(v, int) or v < 1:
                 raise InputError(f"{name} must be a positive integer, got {v!r}",
                                  f"pass {name} ≥ 1")
-        for i, (q, c) in enumerate(examples):
-            where = "" if single else f" of input #{i}"
-            check_text(q, f"the question{where}")
-            check_text(c, f"the context{where}")
         if max_seq_len is None:
             max_seq_len = min(self.max_length, 384)
         if max_seq_len > self.max_length:
@@ -99,29 +114,25 @@ class QuestionAnsweringPipeline(Pipeline):
         if not isinstance(doc_stride, int) or doc_stride < 0:
             raise InputError(f"doc_stride must be a non-negative integer, got {doc_stride!r}",
                              "pass e.g. doc_stride=128")
-        windows, owner = self._windows(examples, max_seq_len, doc_stride, max_question_len,
-                                       single)
-        starts: list = [None] * len(windows)
-        ends: list = [None] * len(windows)
-        for batch, out in self.run(windows, batch_size):
-            for row, w in enumerate(batch.index):
-                n = batch.lengths[row]
-                starts[w] = out["start_logits"][row, :n]
-                ends[w] = out["end_logits"][row, :n]
+        windows = self._windows(read, max_seq_len, doc_stride, max_question_len)
+        logits = self.infer(windows.encodings, lambda batch, out: list(zip(
+            unpadded(batch, out["start_logits"]), unpadded(batch, out["end_logits"]))),
+            batch_size)
         results = []
-        bounds = np.searchsorted(owner, np.arange(len(examples) + 1))
-        for ex, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-            results.append(self._answers(
-                examples[ex][1], windows[lo:hi], starts[lo:hi], ends[lo:hi], top_k,
-                max_answer_len, handle_impossible_answer, align_to_words))
-        return results[0] if single else results
+        for record, encs, rows in zip(read.records, windows.per_input(windows.encodings),
+                                      windows.per_input(logits)):
+            starts, ends = zip(*rows)
+            results.append(self._answers(record.context, encs, starts, ends, top_k,
+                                         max_answer_len, handle_impossible_answer,
+                                         align_to_words))
+        return self.unwrap(results, read)
 
-    def _windows(self, examples, max_seq_len, doc_stride, max_question_len, single):
-        """All windows of all examples, in example order, and each window's example index."""
+    def _windows(self, read: Inputs, max_seq_len, doc_stride, max_question_len) -> Windows:
+        """All windows of all inputs, checked to hold the question and some of the context."""
         q_lens = [len(e.ids) for e in self.tokenizer.backend.encode_batch(
-            [q for q, _ in examples], add_special_tokens=False)]
+            [r.question for r in read.records], add_special_tokens=False)]
         for i, n in enumerate(q_lens):
-            where = "the question" if single else f"the question of input #{i}"
+            where = "the question" if read.single else f"the question of input #{i}"
             if n > max_question_len:
                 raise InputError(f"{where} has {n} tokens, more than max_question_len="
                                  f"{max_question_len}",
@@ -134,30 +145,18 @@ class QuestionAnsweringPipeline(Pipeline):
                 raise InputError(f"doc_stride={doc_stride} must be smaller than the {room} "
                                  f"context tokens a window holds next to {where}",
                                  "lower doc_stride or raise max_seq_len")
-        encs = self.backend(max_seq_len, doc_stride, "only_second").encode_batch(examples)
-        windows, owner = [], []
-        for i, e in enumerate(encs):
-            for w in [e, *e.overflowing]:
-                windows.append(w)
-                owner.append(i)
-        return windows, np.asarray(owner, dtype=np.int64)
+        return self.encode_windows(list(read.records), max_seq_len, doc_stride, "only_second")
 
     def _answers(self, context_text, windows, start_logits, end_logits, top_k, max_answer_len,
                  handle_impossible, align_to_words):
-        W, T = len(windows), max(len(w.ids) for w in windows)
-        ids = np.full((W, T), -1, dtype=np.int64)
-        types = np.zeros((W, T), dtype=np.int64)
-        special = np.ones((W, T), dtype=bool)
-        words = np.full((W, T), np.nan)
-        offsets = np.zeros((W, T, 2), dtype=np.int64)
-        S = np.zeros((W, T), dtype=np.float32)
-        E = np.zeros((W, T), dtype=np.float32)
-        for w, enc in enumerate(windows):  # one copy per window; tokens stay in numpy
-            n = len(enc.ids)
-            ids[w, :n], types[w, :n], special[w, :n] = enc.ids, enc.type_ids, enc.special_tokens_mask
-            words[w, :n] = np.array(enc.word_ids, dtype=np.float64)
-            offsets[w, :n] = np.array(enc.offsets, dtype=np.int64).reshape(n, 2)
-            S[w, :n], E[w, :n] = start_logits[w], end_logits[w]
+        # the windows' token facts as (W, T) arrays, right-padded like the batches
+        ids = pad_rows([w.ids for w in windows], -1)
+        types = pad_rows([w.type_ids for w in windows], 0)
+        special = pad_rows([w.special_tokens_mask for w in windows], True, dtype=bool)
+        words = pad_rows([w.word_ids for w in windows], np.nan, dtype=np.float64)  # None → nan
+        offsets = pad_rows([w.offsets for w in windows], 0)                      # (W, T, 2)
+        S = pad_rows(start_logits, 0, dtype=np.float32)
+        E = pad_rows(end_logits, 0, dtype=np.float32)
         context = (types == 1) & ~special           # the context's own tokens
         if not context.any():
             raise InputError("the context has no text the tokenizer keeps", "pass a real context")

@@ -1,7 +1,7 @@
 """text-classification: transformers 4.57 TextClassificationPipeline semantics on onnxruntime.
 
-Inputs: a text, a {"text", "text_pair"} dict, or a list of those (a [text, pair] list item is
-a pair too). top_k: left out → transformers' legacy shape (a str gives [best], a list gives one
+Inputs (`read_inputs`): a text, a {"text", "text_pair"} dict, or a list of those (a [text,
+pair] list item is a pair too). top_k: left out → transformers' legacy shape (a str gives [best], a list gives one
 best dict per input, a dict gives the best dict); an int → that many sorted dicts per input;
 None → every label. function_to_apply default/sigmoid/softmax/none, the default following
 problem_type and num_labels. Labels come from config.json's id2label.
@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import FUNCTIONS, classification_scores, default_function
-from .base import Pipeline, check_text
+from .base import Pipeline
+from .inputs import Inputs, TextPair, check_text
 
 
 class _Legacy:
@@ -38,16 +39,22 @@ class TextClassificationPipeline(Pipeline):
     def num_labels(self) -> int:
         return len(self.folder.id2label) or int(self.folder.config.get("num_labels", 2))
 
-    def _inputs(self, inputs) -> tuple[list[str], list, str]:
-        """(texts, pairs with None for singles, kind) with kind str | dict | list."""
-        kind = "str" if isinstance(inputs, str) else "dict" if isinstance(inputs, dict) else "list"
-        items = [inputs] if kind != "list" else inputs
+    input_hint = 'a text, {"text": "...", "text_pair": "..."}, or a list of those'
+
+    @classmethod
+    def read_inputs(cls, inputs) -> Inputs:
+        """A text, a {"text", "text_pair"} dict, or a list of texts, dicts and [text, pair]
+        lists → one TextPair per input; form "str", "dict" or "list"."""
+        if isinstance(inputs, Inputs):
+            return inputs
+        form = "str" if isinstance(inputs, str) else "dict" if isinstance(inputs, dict) else "list"
+        items = [inputs] if form != "list" else inputs
         if not isinstance(items, (list, tuple)):
             raise InputError(f"cannot classify a {type(inputs).__name__}",
                              'pass a str, a {"text", "text_pair"} dict or a list of them')
-        texts, pairs = [], []
+        records = []
         for i, item in enumerate(items):
-            where = "the input" if kind != "list" else f"input #{i}"
+            where = "the input" if form != "list" else f"input #{i}"
             if isinstance(item, dict):
                 if "text" not in item or set(item) - {"text", "text_pair"}:
                     raise InputError(f"{where} has keys {sorted(item)}",
@@ -60,9 +67,18 @@ class TextClassificationPipeline(Pipeline):
             check_text(text, where)
             if pair is not None:
                 check_text(pair, f"the text_pair of {where}")
-            texts.append(text)
-            pairs.append(pair)
-        return texts, pairs, kind
+            records.append(TextPair(text, pair))
+        return Inputs(tuple(records), form != "list", form)
+
+    @classmethod
+    def unwrap(cls, results, inputs: Inputs, top_k=LEGACY, **params):
+        """transformers' shape: a lone str without top_k gives [best] ("This pipeline is odd"
+        in its __call__), a lone dict the best dict, a list one result per input."""
+        if not inputs.single:
+            return results
+        if top_k is LEGACY and inputs.form == "str":
+            return [results[0]]
+        return results[0]
 
     def __call__(self, inputs, top_k=LEGACY, function_to_apply: str | None = None,
                  batch_size: int | None = None):
@@ -77,39 +93,18 @@ class TextClassificationPipeline(Pipeline):
         if not legacy and top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise InputError(f"top_k must be a positive integer or None, got {top_k!r}",
                              "pass top_k ≥ 1, or None for every label")
-        texts, pairs, kind = self._inputs(inputs)
-        encs = self._encode_mixed(texts, pairs)
+        read = self.read_inputs(inputs)
+        encs = self.encode([r.text for r in read.records], [r.text_pair for r in read.records])
         labels = self.labels
-        results: list = [None] * len(texts)
-        for batch, out in self.run(encs, batch_size):
+
+        def post(batch, out):
             scores = classification_scores(out["logits"], fn)             # (B, L)
             order = np.argsort(-scores, axis=-1, kind="stable")
-            for row, i in enumerate(batch.index):
-                s = scores[row]
-                if legacy:
-                    best = int(order[row, 0])
-                    results[i] = {"label": labels[best], "score": float(s[best])}
-                else:
-                    top = order[row] if top_k is None else order[row, :top_k]
-                    results[i] = [{"label": labels[j], "score": float(s[j])} for j in top]
-        if kind == "list":
-            return results
-        if legacy and kind == "str":
-            return [results[0]]
-        return results[0]
+            if legacy:
+                return [{"label": labels[j], "score": float(s[j])}
+                        for s, j in zip(scores, order[:, 0].tolist())]
+            top = order if top_k is None else order[:, :top_k]
+            return [[{"label": labels[j], "score": float(s[j])} for j in t]
+                    for s, t in zip(scores, top.tolist())]
 
-    def _encode_mixed(self, texts, pairs):
-        """One tokenizer call takes all singles or all pairs; a mixed list takes two."""
-        if all(p is None for p in pairs):
-            return self.encode(texts)
-        if all(p is not None for p in pairs):
-            return self.encode(texts, pairs)
-        encs: list = [None] * len(texts)
-        single = [i for i, p in enumerate(pairs) if p is None]
-        double = [i for i, p in enumerate(pairs) if p is not None]
-        for idx, got in ((single, self.encode([texts[i] for i in single])),
-                         (double, self.encode([texts[i] for i in double],
-                                              [pairs[i] for i in double]))):
-            for i, e in zip(idx, got):
-                encs[i] = e
-        return encs
+        return self.unwrap(self.infer(encs, post, batch_size), read, top_k=top_k)

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InputError
 from ..postprocess import (AGGREGATIONS, aggregate_words, entity_groups, group_means,
                            merge_overlapping, softmax, word_groups)
-from .base import Pipeline, as_text_list
+from .base import Pipeline, unpadded
 
 
 def _tag(label: str) -> tuple[bool, str]:
@@ -49,32 +49,26 @@ class TokenClassificationPipeline(Pipeline):
             raise InputError(f"unknown aggregation_strategy {aggregation_strategy!r}",
                              f"use one of {', '.join(AGGREGATIONS)}")
         ignore = {"O"} if ignore_labels is None else set(ignore_labels)
-        texts, single = as_text_list(inputs)
+        read = self.read_inputs(inputs)
         room = self.max_length - 2
         if stride is None:
             stride = min(room // 2, 128)
         if not isinstance(stride, int) or not 0 <= stride < room:
             raise InputError(f"stride must be an integer in [0, {room}), got {stride!r}",
                              "lower the stride")
-        encs = self.backend(self.max_length, stride).encode_batch(texts)
-        windows, owner, first_token = [], [], []
-        for i, e in enumerate(encs):
-            for j, w in enumerate([e, *e.overflowing]):
-                windows.append(w)
-                owner.append(i)
-                first_token.append(j * (room - stride))
-        probs: list = [None] * len(windows)
-        for batch, out in self.run(windows, batch_size):
-            p = softmax(out["logits"])
-            for row, w in enumerate(batch.index):
-                probs[w] = p[row, :batch.lengths[row]]
-        per_text: list[list] = [[] for _ in texts]
-        n_windows = np.bincount(owner, minlength=len(texts))
-        for w, enc in enumerate(windows):
-            per_text[owner[w]].append(self._window_entities(
-                texts[owner[w]], enc, probs[w], strategy, ignore, first_token[w]))
-        results = [self._merge_windows(ents, n) for ents, n in zip(per_text, n_windows)]
-        return results[0] if single else results
+        windows = self.encode_windows(list(read.records), self.max_length, stride)
+        probs = self.infer(windows.encodings,
+                           lambda batch, out: unpadded(batch, softmax(out["logits"])), batch_size)
+        results = []
+        for text, encs, parts, rows in zip(read.records, windows.per_input(windows.encodings),
+                                           windows.per_input(windows.part),
+                                           windows.per_input(probs)):
+            # a window's first token is token j·(room − stride) of the whole text
+            per_window = [self._window_entities(text, enc, p, strategy, ignore,
+                                                int(j) * (room - stride))
+                          for enc, j, p in zip(encs, parts, rows)]
+            results.append(self._merge_windows(per_window, len(encs)))
+        return self.unwrap(results, read)
 
     def _window_entities(self, text, enc, probs, strategy, ignore, first_token) -> list[dict]:
         keep = np.flatnonzero(~np.asarray(enc.special_tokens_mask, dtype=bool))

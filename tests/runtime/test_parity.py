@@ -94,7 +94,8 @@ def test_qa(ours, reference, export_of, kwargs):
 
 def test_qa_windows_really_overlap(ours):
     pipe = ours("qa")
-    windows, _ = pipe._windows([("where?", LONG_CONTEXT)], 40, 12, 64, True)
+    read = pipe.read_inputs(question="where?", context=LONG_CONTEXT)
+    windows = pipe._windows(read, 40, 12, 64).encodings
     assert len(windows) >= 4
     firsts = [w.offsets[w.sequence_ids.index(1)][0] for w in windows]
     assert firsts == sorted(firsts) and firsts[0] == 0
