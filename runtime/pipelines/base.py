@@ -145,11 +145,23 @@ class Pipeline:
         return read_texts(inputs)
 
     @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        """Whether JSON `x` (a request's "inputs", or with in_list one item of its list) has
+        the shape of one input: the server refuses other shapes with `input_hint`, before
+        the model runs; `read_inputs` then judges the texts themselves."""
+        return isinstance(x, str)
+
+    @classmethod
     def unwrap(cls, results: Sequence, inputs: Inputs, **params):
         """The call's answer from one result per record: one input gives its result, a list
         gives the list (even of one). `params` are the call's arguments (some tasks' result
         shape depends on them)."""
         return results[0] if inputs.single else results
+
+    @classmethod
+    def per_input(cls, answer, inputs: Inputs, **params) -> list:
+        """`unwrap` undone: one result per input from the call's answer (the CLI's tables)."""
+        return [answer] if inputs.single else answer
 
     # -- tokenization ------------------------------------------------------------------
 

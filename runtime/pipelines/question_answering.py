@@ -53,6 +53,12 @@ class QuestionAnsweringPipeline(Pipeline):
         return Inputs(tuple(QAInput(q, c) for q, c in examples), single,
                       "dict" if single else "list")
 
+    @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        """A {"question", "context"} object, those two keys only."""
+        return (isinstance(x, dict) and set(x) == set(QAInput._fields)
+                and all(isinstance(v, str) for v in x.values()))
+
     @staticmethod
     def _examples(args, question, context) -> tuple[list[tuple[str, str]], bool]:
         """Normalise every accepted call form to [(question, context)], single?"""

@@ -71,6 +71,16 @@ class TextClassificationPipeline(Pipeline):
         return Inputs(tuple(records), form != "list", form)
 
     @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        """A text, a {"text", "text_pair"} object; in a list also a [text, pair] list."""
+        if isinstance(x, dict):
+            return ("text" in x and set(x) <= set(TextPair._fields)
+                    and all(isinstance(v, str) for v in x.values()))
+        if in_list and isinstance(x, list):
+            return len(x) == 2 and all(isinstance(v, str) for v in x)
+        return isinstance(x, str)
+
+    @classmethod
     def unwrap(cls, results, inputs: Inputs, top_k=LEGACY, **params):
         """transformers' shape: a lone str without top_k gives [best] ("This pipeline is odd"
         in its __call__), a lone dict the best dict, a list one result per input."""
@@ -79,6 +89,12 @@ class TextClassificationPipeline(Pipeline):
         if top_k is LEGACY and inputs.form == "str":
             return [results[0]]
         return results[0]
+
+    @classmethod
+    def per_input(cls, answer, inputs: Inputs, top_k=LEGACY, **params) -> list:
+        if inputs.single and top_k is LEGACY and inputs.form == "str":
+            return answer   # already [best]
+        return super().per_input(answer, inputs)
 
     def __call__(self, inputs, top_k=LEGACY, function_to_apply: str | None = None,
                  batch_size: int | None = None):

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from ..contract import pipeline_class
+
 # Parameters a request may not set: the server decides batching, the inputs live in "inputs".
 _RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_size",
              "return_tensors"}  # numpy arrays mean nothing in JSON
-# Tasks whose pipeline takes text pairs as {"text", "text_pair"} objects.
-_PAIR_TASKS = {"text-classification"}
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -34,32 +34,14 @@ def error_body(message: str, kind: str) -> bytes:
 # -- requests --------------------------------------------------------------------------------
 
 
-def _is_text_input(task: str, x: Any) -> bool:
-    if isinstance(x, str):
-        return task != "question-answering"
-    if not isinstance(x, dict):
-        return False
-    if task == "question-answering":
-        return set(x) == {"question", "context"} and all(isinstance(v, str) for v in x.values())
-    if task in _PAIR_TASKS:
-        return ("text" in x and set(x) <= {"text", "text_pair"}
-                and all(isinstance(v, str) for v in x.values()))
-    return False
-
-
-def _is_list_item(task: str, x: Any) -> bool:
-    # A [text, text_pair] list is a pair inside a list of inputs, as the pipeline reads it.
-    if task in _PAIR_TASKS and isinstance(x, list):
-        return len(x) == 2 and all(isinstance(v, str) for v in x)
-    return _is_text_input(task, x)
+def _rules(task: str):
+    """The task's pipeline class, from the task table: a request's shape is judged by it
+    before the model is loaded (importing it loads onnxruntime, so only once a request comes)."""
+    return pipeline_class(task)
 
 
 def _shape_hint(task: str) -> str:
-    if task == "question-answering":
-        return 'send {"question": "...", "context": "..."} or a list of such objects'
-    if task in _PAIR_TASKS:
-        return 'send a text, {"text": "...", "text_pair": "..."}, or a list of those'
-    return "send a text or a list of texts"
+    return "send " + _rules(task).input_hint
 
 
 @dataclass(frozen=True)
@@ -95,15 +77,16 @@ def parse_request(task: str, body: bytes, allowed: frozenset[str] | None) -> Par
         if unknown:
             raise ClientError(400, f"unknown parameters {unknown} for {task}; "
                                    f"allowed: {', '.join(sorted(allowed)) or 'none'}")
+    rules = _rules(task)
     if isinstance(inputs, list):
         if not inputs:
             raise ClientError(400, '"inputs" is an empty list; ' + _shape_hint(task))
-        bad = [i for i, x in enumerate(inputs) if not _is_list_item(task, x)]
+        bad = [i for i, x in enumerate(inputs) if not rules.is_json_input(x, in_list=True)]
         if bad:
             raise ClientError(400, f'"inputs" item {bad[0]} has the wrong shape for {task}; '
                                    + _shape_hint(task))
         return Parsed(inputs, False, params)
-    if not _is_text_input(task, inputs):
+    if not rules.is_json_input(inputs):
         raise ClientError(400, f'"inputs" has the wrong shape for {task}; ' + _shape_hint(task))
     return Parsed(inputs, True, params)
 
@@ -131,10 +114,10 @@ def allowed_parameters(pipeline) -> frozenset[str] | None:
 class PipelineRunner:
     """Runs a group of requests (same parameters) as ONE pipeline call and splits the answer.
 
-    Each request's answer must equal `pipeline(request.inputs, **params)`. A list in gives a
-    list out (even of one), so a list request takes its slice of the merged answer; a single
-    input's answer is its element, re-shaped by `_as_single` where the pipeline keeps a
-    transformers quirk. A group of one request is passed through untouched.
+    Each request's answer must equal `pipeline(request.inputs, **params)`: each request is
+    read by the pipeline's own rules (`read_inputs`), the reads go in as one list, the
+    results are cut back per request and shaped by the pipeline's `unwrap` (transformers'
+    quirks included). A group of one request is passed through untouched.
     """
 
     def __init__(self, pipeline):
@@ -142,29 +125,21 @@ class PipelineRunner:
         self.task = pipeline.task
 
     def __call__(self, requests: list[Parsed], params: dict) -> list:
+        pipe = self.pipeline
         if len(requests) == 1:
-            return [self.pipeline(requests[0].inputs, **params)]
-        flat, spans = [], []
-        for r in requests:
-            items = [r.inputs] if r.single else list(r.inputs)
-            spans.append((len(flat), len(items)))
-            flat.extend(items)
-        out = self.pipeline(flat, **params)
-        if not isinstance(out, list) or len(out) != len(flat):
-            raise RuntimeError(f"pipeline returned {type(out).__name__} of "
-                               f"{len(out) if isinstance(out, list) else '?'} for {len(flat)} inputs")
-        results = []
-        for r, (start, n) in zip(requests, spans):
-            part = out[start:start + n]
-            results.append(self._as_single(r.inputs, part[0], params) if r.single else part)
-        return results
+            return [pipe(requests[0].inputs, **params)]
+        # imported with the model, not the server package (pipelines bring onnxruntime)
+        from ..pipelines.inputs import Inputs
 
-    def _as_single(self, x, result, params: dict):
-        # transformers' text-classification wraps a lone text's answer in a list unless top_k
-        # was given ("This pipeline is odd" in its __call__); the other tasks return the element.
-        if self.task == "text-classification" and isinstance(x, str) and "top_k" not in params:
-            return [result]
-        return result
+        # an InputError here fails the group; the batcher then runs each request alone
+        reads = [pipe.read_inputs(r.inputs) for r in requests]
+        out = pipe(Inputs.concat(reads), **params)
+        if not isinstance(out, list) or len(out) != sum(map(len, reads)):
+            raise RuntimeError(f"pipeline returned {type(out).__name__} of "
+                               f"{len(out) if isinstance(out, list) else '?'} for "
+                               f"{sum(map(len, reads))} inputs")
+        return [pipe.unwrap(part, read, **params)
+                for part, read in zip(Inputs.split(out, reads), reads)]
 
 
 def jsonable(o):

@@ -171,6 +171,29 @@ def test_merged_calls_unwrap_to_each_call_alone(ours, task):
                for part, r in zip(Inputs.split(merged, reads), reads)]
     assert_same(answers, [pipe(many, **params), pipe(one, **params)])
     assert_same(pipe(reads[1], **params), pipe(one, **params))   # read inputs as inputs
+    # the server's runner does exactly this; per_input undoes unwrap (the CLI's tables)
+    from bertonnx.runtime.server.protocol import Parsed, PipelineRunner
+
+    requests = [Parsed(x, not isinstance(x, list), params) for x in (many, one)]
+    assert_same(PipelineRunner(pipe)(requests, params), answers)
+    for answer, r, part in zip(answers, reads, Inputs.split(merged, reads)):
+        assert_same(pipe.per_input(answer, r, **params), part)
+
+
+@pytest.mark.parametrize("cls, x, in_list, ok", [
+    (QuestionAnsweringPipeline, {"question": "q", "context": "c"}, False, True),
+    (QuestionAnsweringPipeline, {"question": "q", "context": "c", "x": "y"}, False, False),
+    (QuestionAnsweringPipeline, {"question": "q", "context": 3}, True, False),
+    (QuestionAnsweringPipeline, "q", False, False),
+    (TextClassificationPipeline, {"text": "a"}, False, True),
+    (TextClassificationPipeline, {"text": "a", "text_pair": None}, False, False),
+    (TextClassificationPipeline, ["a", "b"], True, True),
+    (TextClassificationPipeline, ["a", "b"], False, False),
+    (FillMaskPipeline, "a", True, True),
+    (FillMaskPipeline, {"text": "a"}, False, False),
+])
+def test_each_task_names_the_json_shape_of_one_input(cls, x, in_list, ok):
+    assert cls.is_json_input(x, in_list=in_list) is ok
 
 
 # ---------------------------------------------------------------- batches and windows
