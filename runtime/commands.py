@@ -68,9 +68,9 @@ def _echo_json(obj) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2))
 
 
-def _one_or_all(items: list, single: bool):
-    """What the library is called with: the one input as given, or the list."""
-    return items[0] if single else items
+def _read(pipe, items: list, single: bool):
+    """The inputs read by the task's own rules: the one input as given, or the list."""
+    return pipe.read_inputs(items[0] if single else items)
 
 
 def _table(rows: list[list], headers: list[str]) -> None:
@@ -104,10 +104,11 @@ def fill_mask(folder, threads, providers, batch_size, as_json, texts, input_file
     items = texts_of(items, input_file)
     pipe = _load(folder, "fill-mask", providers, threads, batch_size)
     tgt = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
-    out = pipe(_one_or_all(items, single), top_k=top_k, targets=tgt)
+    read = _read(pipe, items, single)
+    out = pipe(read, top_k=top_k, targets=tgt)
     if as_json:
         return _echo_json(out)
-    for text, res in zip(items, [out] if single else out):
+    for text, res in zip(read.records, pipe.per_input(out, read)):
         click.echo(text)
         per_mask = res if res and isinstance(res[0], list) else [res]
         for m, props in enumerate(per_mask):
@@ -142,15 +143,14 @@ def classify(folder, threads, providers, batch_size, as_json, texts, input_file,
 
     k = LEGACY if top_k is None else None if top_k == "all" else _positive_int(top_k, "--top-k")
     pipe = _load(folder, "text-classification", providers, threads, batch_size)
-    out = pipe(_one_or_all(items, single), top_k=k, function_to_apply=function_to_apply)
+    read = _read(pipe, items, single)
+    out = pipe(read, top_k=k, function_to_apply=function_to_apply)
     if as_json:
         return _echo_json(out)
-    per_item = [out if isinstance(out, list) else [out]] if single else out
     rows = []
-    for item, labels in zip(items, per_item):
-        labels = [labels] if isinstance(labels, dict) else labels
-        text = item if isinstance(item, str) else " | ".join(
-            v for v in (item.get("text"), item.get("text_pair")) if v)
+    for pair, labels in zip(read.records, pipe.per_input(out, read, top_k=k)):
+        labels = [labels] if isinstance(labels, dict) else labels   # the best one alone
+        text = " | ".join(v for v in pair if v)
         for j, lab in enumerate(labels):
             rows.append([_short(text) if j == 0 else "", lab["label"], lab["score"]])
     _table(rows, ["text", "label", "score"])
@@ -202,17 +202,18 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
                              "pass --question Q --context C, or --input FILE")
         items, single = [{"question": question, "context": context}], True
     pipe = _load(folder, "question-answering", providers, threads, batch_size)
-    out = pipe(_one_or_all(items, single), top_k=top_k, doc_stride=doc_stride,
+    read = _read(pipe, items, single)
+    out = pipe(read, top_k=top_k, doc_stride=doc_stride,
                max_answer_len=max_answer_len, max_seq_len=max_seq_len,
                max_question_len=max_question_len,
                handle_impossible_answer=handle_impossible_answer, align_to_words=align_to_words)
     if as_json:
         return _echo_json(out)
     rows = []
-    for item, answers in zip(items, [out] if single else out):
-        answers = [answers] if isinstance(answers, dict) else answers
+    for example, answers in zip(read.records, pipe.per_input(out, read)):
+        answers = [answers] if isinstance(answers, dict) else answers   # top_k 1: the dict
         for j, a in enumerate(answers):
-            rows.append([_short(item.get("question", "")) if j == 0 else "",
+            rows.append([_short(example.question) if j == 0 else "",
                          a["answer"] or "(no answer)", a["score"], a["start"], a["end"]])
     _table(rows, ["question", "answer", "score", "start", "end"])
 
@@ -235,12 +236,13 @@ def tokens(folder, threads, providers, batch_size, as_json, texts, input_file,
     items = texts_of(items, input_file)
     pipe = _load(folder, "token-classification", providers, threads, batch_size)
     ignore = [x for x in ignore_labels.split(",") if x]
-    out = pipe(_one_or_all(items, single), aggregation_strategy=aggregation_strategy,
-               ignore_labels=ignore, stride=stride)
+    read = _read(pipe, items, single)
+    out = pipe(read, aggregation_strategy=aggregation_strategy, ignore_labels=ignore,
+               stride=stride)
     if as_json:
         return _echo_json(out)
     key = "entity" if aggregation_strategy == "none" else "entity_group"
-    for text, ents in zip(items, [out] if single else out):
+    for text, ents in zip(read.records, pipe.per_input(out, read)):
         click.echo(_short(text, 100))
         if not ents:
             click.echo("  (no entities)")
@@ -264,7 +266,8 @@ def embed(folder, threads, providers, batch_size, as_json, texts, input_file, po
     items = texts_of(items, input_file)
     pipe = _load(folder, "feature-extraction", providers, threads, batch_size)
     if as_json:
-        return _echo_json(pipe(_one_or_all(items, single), pooling=pooling, normalize=normalize))
+        return _echo_json(pipe(_read(pipe, items, single), pooling=pooling,
+                               normalize=normalize))
     vecs = pipe(items, pooling=pooling, normalize=normalize, return_tensors=True)
     from .postprocess import cosine_matrix
 
