@@ -63,10 +63,7 @@ def onnx_engine(name: str, folder: Path, threads: int) -> Engine:
     task = pipe.task
     session = pipe.session
 
-    def e2e(inputs):
-        if task == "question-answering":
-            return top_labels(task, pipe(question=[x["question"] for x in inputs],
-                                         context=[x["context"] for x in inputs]))
+    def e2e(inputs):  # task_inputs' shapes are ones the pipeline reads (read_inputs)
         return top_labels(task, pipe(inputs))
 
     return Engine(name, e2e=e2e, forward=lambda feeds: session.run(feeds))
@@ -159,6 +156,7 @@ def hf_pipeline_engine(name: str, make_pipeline: Callable[[int], object], task: 
 
 
 def _call_hf(pipe, task: str, inputs: list, max_length: int):
+    """The inputs in the forms transformers' pipelines take, one result per input."""
     if task == "question-answering":
         out = pipe(question=[x["question"] for x in inputs],
                    context=[x["context"] for x in inputs])

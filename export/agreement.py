@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bertonnx.build import Bert
+from bertonnx.runtime.batches import pad_encodings
 from bertonnx.runtime.contract import INT8_MIN_AGREEMENT
 from bertonnx.runtime.errors import ArtifactError
 from bertonnx.runtime.postprocess import QA_MASK_VALUE, qa_best_spans, softmax
@@ -20,18 +21,13 @@ from .texts import QA_PAIRS, SENTENCES
 
 
 def encode(tokenizer, texts, pairs=None, max_len: int = 512):
-    """Right-padded (input_ids, attention_mask, token_type_ids) int64 tensors."""
+    """Right-padded (input_ids, attention_mask, token_type_ids) int64 tensors, rows cut to
+    `max_len` (runtime/batches.py's builder), and the encodings."""
     encs = tokenizer.encode_batch(list(texts), list(pairs) if pairs is not None else None)
     T = min(max(len(e.ids) for e in encs), max_len)
-    ids = torch.full((len(encs), T), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(encs), T), dtype=torch.long)
-    tt = torch.zeros((len(encs), T), dtype=torch.long)
-    for i, e in enumerate(encs):
-        n = min(len(e.ids), T)
-        ids[i, :n] = torch.tensor(e.ids[:n])
-        mask[i, :n] = 1
-        tt[i, :n] = torch.tensor(e.type_ids[:n])
-    return ids, mask, tt, encs
+    p = pad_encodings(encs, tokenizer.pad_token_id, width=T)
+    return (torch.from_numpy(p.input_ids), torch.from_numpy(p.attention_mask),
+            torch.from_numpy(p.token_type_ids), encs)
 
 
 def _mask_one_word(tokenizer, ids, encs):

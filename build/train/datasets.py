@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bertonnx.runtime.batches import Padded, pad_batch, pad_encodings, pad_rows
 from bertonnx.runtime.errors import InputError
 from bertonnx.runtime.tokenizer import WordPieceTokenizer
 
@@ -59,16 +60,18 @@ def read_records(path: Path) -> list[dict]:
 
 
 def _pad(seqs: list[list[int]], value: int, T: int) -> torch.Tensor:
-    out = torch.full((len(seqs), T), value, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, :len(s)] = torch.tensor(s[:T], dtype=torch.long)
-    return out
+    """Rows right-padded with `value` (or cut) to T, as int64 (runtime/batches.py's builder)."""
+    return torch.from_numpy(pad_rows(seqs, value, width=T))
+
+
+def _inputs(p: Padded) -> dict:
+    """The model's three inputs, as torch tensors (the arrays' memory, no copy)."""
+    return {name: torch.from_numpy(a) for name, a in p.feeds().items()}
 
 
 def _features(encs, T: int, pad_id: int) -> dict:
-    return {"input_ids": _pad([e.ids for e in encs], pad_id, T),
-            "attention_mask": _pad([e.attention_mask for e in encs], 0, T),
-            "token_type_ids": _pad([e.type_ids for e in encs], 0, T)}
+    # the tokenizer pads nothing (runtime/tokenizer.py), so each row's mask is all ones
+    return _inputs(pad_encodings(encs, pad_id, width=T))
 
 
 def _truncate(tok: WordPieceTokenizer, T: int):
@@ -147,7 +150,7 @@ def read_token_classification(path: Path) -> TokenData:
 
 def token_features(data: TokenData, tok, T: int, label2id: dict) -> dict:
     """Features plus `word_index` (B, T): the word a piece starts, -1 elsewhere (for eval)."""
-    ids, types, masks, labels, words = [], [], [], [], []
+    ids, types, labels, words = [], [], [], []
     for sent, tags in zip(data.tokens, data.tags):
         seq, lab, widx = [tok.cls_token_id], [IGNORE], [-1]
         for w, (word, tag) in enumerate(zip(sent, tags)):
@@ -163,11 +166,9 @@ def token_features(data: TokenData, tok, T: int, label2id: dict) -> dict:
         ids.append(seq)
         labels.append(lab)
         words.append(widx)
-        masks.append([1] * len(seq))
         types.append([0] * len(seq))
-    return {"input_ids": _pad(ids, tok.pad_token_id, T), "attention_mask": _pad(masks, 0, T),
-            "token_type_ids": _pad(types, 0, T), "labels": _pad(labels, IGNORE, T),
-            "word_index": _pad(words, -1, T)}
+    return {**_inputs(pad_batch(ids, tok.pad_token_id, types, width=T)),
+            "labels": _pad(labels, IGNORE, T), "word_index": _pad(words, -1, T)}
 
 
 # -- question answering (SQuAD) -------------------------------------------------------------
@@ -220,7 +221,7 @@ class SquadFeatures:
 
 def squad_features(examples: list[SquadExample], tok, T: int, stride: int,
                    max_query: int) -> SquadFeatures:
-    ids, types, masks, starts, ends = [], [], [], [], []
+    ids, types, starts, ends = [], [], [], []
     feats = SquadFeatures({})
     for ei, ex in enumerate(examples):
         q = tok.backend.encode(ex.question, add_special_tokens=False).ids[:max_query]
@@ -247,7 +248,6 @@ def squad_features(examples: list[SquadExample], tok, T: int, stride: int,
                 e_pos = base + max(i for i in span if c.offsets[i][0] < a_end) - w
             ids.append(seq)
             types.append([0] * base + [1] * (len(span) + 1))
-            masks.append([1] * len(seq))
             starts.append(s_pos)
             ends.append(e_pos)
             feats.example.append(ei)
@@ -255,7 +255,6 @@ def squad_features(examples: list[SquadExample], tok, T: int, stride: int,
             if w + room >= n:
                 break
             w += step
-    feats.tensors = {"input_ids": _pad(ids, tok.pad_token_id, T),
-                     "attention_mask": _pad(masks, 0, T), "token_type_ids": _pad(types, 0, T),
+    feats.tensors = {**_inputs(pad_batch(ids, tok.pad_token_id, types, width=T)),
                      "start_positions": torch.tensor(starts), "end_positions": torch.tensor(ends)}
     return feats
