@@ -14,12 +14,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from bertonnx.runtime.tokenizer import TOKENIZER_FILES
+
 from .engines import Engine, hf_pipeline_engine
 from .inputs import model_max_length
 
 TASK = "text-classification"  # ORTModelForSequenceClassification: the comparison's one task
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
 
 
 def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None) -> dict:

@@ -1,9 +1,11 @@
 """bertonnx.build — the scratch PyTorch BERT, its heads, HF checkpoint IO, tokenizer, training."""
 from bertonnx.runtime.tokenizer import WordPieceTokenizer, load_tokenizer
 
-from .checkpoint import default_model_dir, load_pretrained, save_pretrained
+from .checkpoint import (LoadedCheckpoint, default_model_dir, load_checkpoint, load_pretrained,
+                         save_pretrained)
 from .config import PRESETS, BertConfig, preset
 from .heads import TASKS, Bert, build_model
 
 __all__ = ["BertConfig", "PRESETS", "preset", "Bert", "build_model", "TASKS", "load_pretrained",
-           "save_pretrained", "default_model_dir", "load_tokenizer", "WordPieceTokenizer"]
+           "load_checkpoint", "LoadedCheckpoint", "save_pretrained", "default_model_dir",
+           "load_tokenizer", "WordPieceTokenizer"]

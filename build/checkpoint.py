@@ -1,9 +1,11 @@
-"""Hugging Face checkpoints in and out: `load_pretrained` and `save_pretrained`.
+"""Hugging Face checkpoint folders: `load_checkpoint` / `load_pretrained` in, `save_pretrained` out.
 
 Reads model.safetensors, sharded safetensors (with index), pytorch_model.bin (weights_only) from a
-local folder or a hub id; converts keys with the table in keys.py; writes config.json +
-model.safetensors that `transformers.BertFor<Task>.from_pretrained` loads with no missing or
-unexpected keys.
+local folder or a hub id and converts keys with the table in keys.py. `load_checkpoint` returns
+the model with what loading learnt about the folder (a `LoadedCheckpoint`); `load_pretrained`
+(the public API) just the model. Writing — config.json + model.safetensors that
+`transformers.BertFor<Task>.from_pretrained` loads with no missing or unexpected keys — is in
+save.py, which heads.py's `Bert.save_pretrained` calls without importing this module.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import json
 import logging
 import pickle
 import re
-import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,13 +25,16 @@ from bertonnx.runtime.files import read_json_object
 from .config import BertConfig
 from .heads import TASKS, Bert, task_spec
 from .keys import hf_to_ours, ours_to_hf
+from .save import TOKENIZER_FILES, hf_state_dict, save_pretrained, write_config
+
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_pretrained", "save_pretrained",
+           "hf_state_dict", "write_config", "read_state_dict", "convert_state_dict", "resolve",
+           "infer_task", "default_model_dir", "TOKENIZER_FILES", "WEIGHT_FILES"]
 
 log = logging.getLogger("bertonnx")
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -150,9 +155,22 @@ def convert_state_dict(hf_state: dict[str, torch.Tensor], model: Bert) -> tuple[
     return ours, unused, unknown
 
 
-def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
-                    id2label: dict | None = None) -> Bert:
-    """A HF BERT checkpoint as our model for `task`, in eval mode.
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A loaded model and what loading learnt about its folder."""
+    model: Bert                    # eval mode
+    source_dir: Path | None        # the local folder read (a hub id's download folder);
+                                   # None for a model made in memory (export wraps those)
+    head_initialised: list[str]    # our names of weights the folder lacked, drawn at load
+
+    def save_pretrained(self, out_dir: str | Path) -> Path:
+        """The model's HF folder, with the source folder's tokenizer files beside it."""
+        return save_pretrained(self.model, out_dir, tokenizer_from=self.source_dir)
+
+
+def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
+                    id2label: dict | None = None) -> LoadedCheckpoint:
+    """A HF BERT checkpoint as our model for `task`, in eval mode, with its source folder.
 
     Head weights the checkpoint lacks are initialised and reported in a warning; any other
     missing key, any key the table does not know and any shape mismatch is an error naming them.
@@ -202,38 +220,10 @@ def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
                     folder, task, ", ".join(ours_to_hf(k) for k in missing))
     if unused:
         log.info("%s: weights not used by %s: %s", folder, spec.hf_class, ", ".join(unused))
-    model.source_dir = folder
-    model.head_initialised = missing
-    return model.eval()
+    return LoadedCheckpoint(model.eval(), folder, missing)
 
 
-def hf_state_dict(model: Bert) -> dict[str, torch.Tensor]:
-    """Our weights by HF names, as `model.hf_class` names them (no `bert.` prefix for BertModel)."""
-    bare = task_spec(model.task).hf_class == "BertModel"
-    out = {}
-    for name, tensor in model.state_dict().items():
-        key = ours_to_hf(name)
-        if bare:
-            key = key.removeprefix("bert.")
-        out[key] = tensor.detach().contiguous().cpu()
-    return out
-
-
-def save_pretrained(model: Bert, out_dir: str | Path) -> Path:
-    from safetensors.torch import save_file
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = model.config.to_hf()
-    config["architectures"] = [task_spec(model.task).hf_class]
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    # metadata format=pt: transformers refuses safetensors files without it.
-    save_file(hf_state_dict(model), out / "model.safetensors", metadata={"format": "pt"})
-    src = model.source_dir
-    if src is not None and Path(src).resolve() != out.resolve():
-        for name in TOKENIZER_FILES:
-            if (Path(src) / name).is_file():
-                shutil.copy2(Path(src) / name, out / name)
-    return out
-
-
+def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
+                    id2label: dict | None = None) -> Bert:
+    """The model of `load_checkpoint` (the public API: users want the module)."""
+    return load_checkpoint(path_or_hub_id, task, num_labels=num_labels, id2label=id2label).model

@@ -17,6 +17,7 @@ from bertonnx.runtime.errors import ConfigError
 
 from .config import BertConfig
 from .model import Encoder, activation, init_weights
+from .save import save_pretrained
 
 
 class MLMHead(nn.Module):
@@ -158,7 +159,6 @@ class Bert(nn.Module):
         self.config, self.task = config, task
         self.encoder = Encoder(config, pooler=spec.pooler)
         self.head = spec.head(config, self.encoder)
-        self.source_dir = None  # folder the weights came from; save_pretrained copies its tokenizer
         init_weights(self, config.initializer_range)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, mlm_positions=None):
@@ -168,11 +168,14 @@ class Bert(nn.Module):
             return self.head(hidden, pooled)
         return self.head(hidden, pooled, mlm_positions=mlm_positions)
 
-    def save_pretrained(self, out_dir) -> Path:
-        """config.json + model.safetensors (+ the source folder's tokenizer files); the folder."""
-        from .checkpoint import save_pretrained  # checkpoint.py imports this module
+    @property
+    def hf_class(self) -> str:
+        """The transformers class this model's checkpoints are, e.g. BertForMaskedLM."""
+        return task_spec(self.task).hf_class
 
-        return save_pretrained(self, out_dir)
+    def save_pretrained(self, out_dir, *, tokenizer_from=None) -> Path:
+        """A Hugging Face folder (see save.py); returns its path."""
+        return save_pretrained(self, out_dir, tokenizer_from=tokenizer_from)
 
 
 def build_model(config: BertConfig, task: str) -> Bert:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 import onnx
 
-from bertonnx.build import Bert, load_pretrained, load_tokenizer
+from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
 from bertonnx.build.heads import task_spec
 from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
                                        MODEL_NAME, OUTPUTS)
@@ -61,15 +61,23 @@ class ExportOptions:
                              "drop --no-optimize")
 
 
-def resolve_model(model: str | Path | Bert, task: str) -> Bert:
+def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str) -> LoadedCheckpoint:
+    """The model for `task` with its source folder: loaded from a folder or hub id (`default`
+    resolves in bertonnx.runtime.defaults), or given in memory (a bare `Bert` has no folder to
+    take a tokenizer from)."""
     if task not in EXPORT_TASKS:
         raise ConfigError(f"task {task!r} cannot be exported", f"use one of {', '.join(EXPORT_TASKS)}")
-    if isinstance(model, Bert):
-        if model.task != task:
-            raise TaskMismatchError(f"the model was built for {model.task}, not {task}",
-                                    f"load it with task {task!r}")
-        return model.eval()
-    return load_pretrained(model, task)  # `default` resolves there (bertonnx.runtime.defaults)
+    if isinstance(model, LoadedCheckpoint):
+        loaded = model
+    elif isinstance(model, Bert):
+        loaded = LoadedCheckpoint(model, None, [])
+    else:
+        return load_checkpoint(model, task)
+    if loaded.model.task != task:
+        raise TaskMismatchError(f"the model was built for {loaded.model.task}, not {task}",
+                                f"load it with task {task!r}")
+    loaded.model.eval()
+    return loaded
 
 
 def _check_target(out: Path, force: bool) -> None:
@@ -126,19 +134,21 @@ def _remove_stale_partials(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def export_model(model: str | Path | Bert, task: str, out: str | Path,
+def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: str | Path,
                  options: ExportOptions = ExportOptions(), *,
                  progress: Callable[[str], None] | None = None) -> Manifest:
     """Export `model` for `task` into `out` (see module docstring); returns the manifest."""
     say = progress or (lambda msg: None)
     out = Path(out).expanduser()
     _check_target(out, options.force)
-    say(f"loading {model if not isinstance(model, Bert) else 'model'} for {task}")
-    m = resolve_model(model, task)
-    tok_dir = options.tokenizer or m.source_dir
+    in_memory = isinstance(model, (Bert, LoadedCheckpoint))
+    say(f"loading {model if not in_memory else 'model'} for {task}")
+    loaded = resolve_model(model, task)
+    tok_dir = options.tokenizer or loaded.source_dir
     if tok_dir is None:
         raise ArtifactError("the model has no source folder to take the tokenizer from",
-                            "pass ExportOptions(tokenizer=FOLDER)")
+                            "pass ExportOptions(tokenizer=FOLDER), or the LoadedCheckpoint "
+                            "that bertonnx.build.load_checkpoint returns")
     tokenizer = load_tokenizer(tok_dir)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +156,8 @@ def export_model(model: str | Path | Bert, task: str, out: str | Path,
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
-        manifest = _build(m, task, tmp, options, tokenizer, say, source=model)
+        source = (loaded.source_dir or "") if in_memory else model
+        manifest = _build(loaded.model, task, tmp, options, tokenizer, say, source=str(source))
         say(f"writing {out}")
         replace_folder(tmp, out)
     except BaseException:
@@ -201,7 +212,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
         config=_config_summary(m), versions=_versions(),
-        source=str(source if not isinstance(source, Bert) else (m.source_dir or "")),
+        source=source,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     manifest.write(tmp)
     return manifest
@@ -217,7 +228,7 @@ def check_parity(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
     raise row.refusal(m.task, figures)
 
 
-def parity_report(folder: str | Path, reference: str | Path | Bert, *,
+def parity_report(folder: str | Path, reference: str | Path | Bert | LoadedCheckpoint, *,
                   per_layer: bool = False) -> dict:
     """Parity of an existing export against `reference`; `passed` is False outside tolerance.
 
@@ -226,15 +237,16 @@ def parity_report(folder: str | Path, reference: str | Path | Bert, *,
     """
     folder = Path(folder)
     manifest = Manifest.read(folder)
-    m = resolve_model(reference, manifest.task)
+    loaded = resolve_model(reference, manifest.task)
+    m = loaded.model
     mode = manifest.quantization.get("mode", "none")
     tokenizer = load_tokenizer(folder)
     report = precision(mode).judge(m, parity.session(folder / MODEL_NAME), tokenizer)
-    if getattr(m, "head_initialised", None):
-        # load_pretrained draws missing heads from a fixed seed, so the export of the same
+    if loaded.head_initialised:
+        # load_checkpoint draws missing heads from a fixed seed, so the export of the same
         # folder matches; say so, since such a head is not a trained one.
         report["note"] = ("reference head initialised at load (seed 0): "
-                          + ", ".join(m.head_initialised[:3]))
+                          + ", ".join(loaded.head_initialised[:3]))
     if per_layer:
         report["per_layer"] = parity.per_layer(m, folder / MODEL_NAME)
     return report

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import torch
 
-from bertonnx.build import load_pretrained
+from bertonnx.build import load_checkpoint
 from bertonnx.build.checkpoint import default_model_dir
 from bertonnx.runtime.contract import MODEL_NAME
 from bertonnx.runtime.errors import ArtifactError
@@ -116,21 +116,21 @@ def study(train: int, n_eval: int, rounds: int, work: Path) -> dict:
     from bertonnx.build import load_tokenizer
 
     tok = load_tokenizer(src)
-    clf = load_pretrained(src, "text-classification", id2label=dict(enumerate(LABELS)))
-    fit_head(clf, tok, train_set)
+    clf = load_checkpoint(src, "text-classification", id2label=dict(enumerate(LABELS)))
+    fit_head(clf.model, tok, train_set)
     clf_dir = work / "minilm-sentiment"
-    clf.save_pretrained(clf_dir)
-    clf = load_pretrained(clf_dir, "text-classification")
+    clf.save_pretrained(clf_dir)  # with the source's tokenizer, which the export copies
+    clf = load_checkpoint(clf_dir, "text-classification")
     # MiniLM has no MLM head: it is initialised at load, so seed it, and export this very
     # instance (loading the folder again would draw another head).
     torch.manual_seed(0)
-    mlm = load_pretrained(src, "fill-mask")
-    mlm.source_dir = src
+    mlm = load_checkpoint(src, "fill-mask")
 
     texts, labels = [t for t, _ in eval_set], np.array([lab for _, lab in eval_set])
     report = {"train_tweets": train, "eval_tweets": n_eval, "settings": {}, "fp32": {}}
     sessions = {"text-classification": {}, "fill-mask": {}}
-    for task, model, source in (("text-classification", clf, clf), ("fill-mask", mlm, mlm)):
+    for task, source in (("text-classification", clf), ("fill-mask", mlm)):
+        model = source.model
         out = work / f"{task}-fp32"
         manifest = export_model(source, task, out, ExportOptions(force=True))
         fp32_path = out / MODEL_NAME

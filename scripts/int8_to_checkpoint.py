@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +25,6 @@ from onnx import numpy_helper
 
 from bertonnx.build import BertConfig
 from bertonnx.build.heads import build_model
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
 def _dequant(inits: dict, q: str, axis: int | None) -> np.ndarray:
@@ -82,10 +79,7 @@ def main() -> None:
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise SystemExit(f"not a bertonnx fill-mask export: missing {missing}, unexpected {unexpected}")
-    model.save_pretrained(a.out)
-    for name in TOKENIZER_FILES:
-        if (a.export / name).is_file():
-            shutil.copy2(a.export / name, a.out / name)
+    model.save_pretrained(a.out, tokenizer_from=a.export)
     print(f"{len(state)} tensors -> {a.out}")
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertonnx.build import BertConfig, load_pretrained, load_tokenizer, preset
+from bertonnx.build import BertConfig, load_checkpoint, load_pretrained, load_tokenizer, preset
 from bertonnx.runtime.errors import ArtifactError, BertOnnxError, ConfigError
 
 
@@ -205,11 +205,11 @@ def test_hub_id_downloads_through_huggingface_hub(tiny_hf_checkpoint, monkeypatc
         return str(folder)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    model = load_pretrained("someone/tiny-bert-qa", "question-answering")
+    loaded = load_checkpoint("someone/tiny-bert-qa", "question-answering")
     assert calls and calls[0][0] == "someone/tiny-bert-qa"
     patterns = calls[0][1]["allow_patterns"]
     assert "config.json" in patterns and "vocab.txt" in patterns
-    assert model.source_dir == folder and model.head_initialised == []
+    assert loaded.source_dir == folder and loaded.head_initialised == []
 
 
 def test_unreachable_hub_id(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from bertonnx.build import TASKS, load_pretrained
+from bertonnx.build import TASKS, load_checkpoint, load_pretrained
 from bertonnx.build.keys import hf_to_ours, ours_to_hf
 
 from ._compare import assert_close, max_diff, padded_batch, run_both
@@ -189,11 +189,12 @@ def test_cross_task_loading(tiny_hf_checkpoint, caplog, source, task):
     reports missing for the same pair, and they are named in a warning (none when equal)."""
     folder = tiny_hf_checkpoint(source, **SHAPES["5heads-gelu"])
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
-        ours = load_pretrained(folder, task)
+        loaded = load_checkpoint(folder, task)
+    ours = loaded.model
     _, info = getattr(transformers, TASKS[task].hf_class).from_pretrained(
         folder, output_loading_info=True)
     expected = {hf_to_ours(k) for k in info["missing_keys"]} - {None}
-    assert set(ours.head_initialised) == expected
+    assert set(loaded.head_initialised) == expected
     warned = [r.getMessage() for r in caplog.records
               if r.name == "bertonnx" and r.levelno == logging.WARNING]
     if expected:
@@ -213,9 +214,9 @@ def test_cross_task_loading(tiny_hf_checkpoint, caplog, source, task):
 def test_new_label_count_reinitialises_classifier(tiny_hf_checkpoint, caplog):
     folder = tiny_hf_checkpoint("text-classification", num_labels=2)
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
-        ours = load_pretrained(folder, "text-classification", num_labels=5)
-    assert ours.config.num_labels == 5
-    assert set(ours.head_initialised) == {"head.classifier.weight", "head.classifier.bias"}
+        loaded = load_checkpoint(folder, "text-classification", num_labels=5)
+    assert loaded.model.config.num_labels == 5
+    assert set(loaded.head_initialised) == {"head.classifier.weight", "head.classifier.bias"}
     assert "classifier.weight" in caplog.text
 
 

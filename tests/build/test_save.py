@@ -8,7 +8,8 @@ import pytest
 import torch
 import transformers
 
-from bertonnx.build import TASKS, BertConfig, build_model, load_pretrained, load_tokenizer
+from bertonnx.build import (TASKS, BertConfig, build_model, load_checkpoint, load_pretrained,
+                            load_tokenizer)
 
 from ._compare import assert_close, padded_batch, run_both
 
@@ -28,10 +29,11 @@ def scratch_model(task, config=CONFIG, seed=0):
     return model
 
 
-def check_round_trip(model, tmp_path):
+def check_round_trip(model, tmp_path, save=None):
+    """`save` (default `model.save_pretrained`) writes the folder and returns its path."""
     task = model.task
-    out = model.save_pretrained(tmp_path / "saved")
-    assert out == tmp_path / "saved"  # the method returns the folder, as save_pretrained does
+    out = (save or model.save_pretrained)(tmp_path / "saved")
+    assert out == tmp_path / "saved"
     hf_cls = getattr(transformers, TASKS[task].hf_class)
     ref, info = hf_cls.from_pretrained(out, output_loading_info=True)
     ref.eval()
@@ -41,8 +43,9 @@ def check_round_trip(model, tmp_path):
     batch = padded_batch(c.vocab_size, 11, c.type_vocab_size)
     ours_out, hf_out = run_both(model, ref, batch)
     assert_close(task, ours_out, hf_out, batch[1])
-    back = load_pretrained(out, task)
-    assert back.head_initialised == []
+    loaded = load_checkpoint(out, task)
+    assert loaded.head_initialised == [] and loaded.source_dir == out
+    back = loaded.model
     with torch.no_grad():
         again = back(*batch)
     for a, b in zip(ours_out if isinstance(ours_out, tuple) else (ours_out,),
@@ -54,6 +57,7 @@ def check_round_trip(model, tmp_path):
 @pytest.mark.parametrize("task", TASKS)
 def test_round_trip_from_scratch(tmp_path, task):
     out, ref = check_round_trip(scratch_model(task), tmp_path)
+    assert not (out / "vocab.txt").exists()  # a model built in memory has no tokenizer to copy
     saved = json.loads((out / "config.json").read_text())
     assert saved["architectures"] == [TASKS[task].hf_class]
     assert saved["model_type"] == "bert"
@@ -75,7 +79,8 @@ def test_round_trip_keeps_labels_and_problem_type(tmp_path, problem_type, labels
 @pytest.mark.parametrize("task", ["fill-mask", "question-answering", "feature-extraction"])
 def test_round_trip_of_loaded_checkpoint_copies_tokenizer(tiny_hf_checkpoint, tmp_path, task):
     src = tiny_hf_checkpoint(task)
-    out, _ = check_round_trip(load_pretrained(src, task), tmp_path)
+    loaded = load_checkpoint(src, task)
+    out, _ = check_round_trip(loaded.model, tmp_path, save=loaded.save_pretrained)
     for name in ("vocab.txt", "tokenizer_config.json"):
         assert (out / name).read_bytes() == (src / name).read_bytes()
     assert load_tokenizer(out).encode("the cat sat").ids == load_tokenizer(src).encode(

@@ -179,8 +179,7 @@ def test_in_memory_model_needs_a_tokenizer(checkpoints, tmp_path):
     from bertonnx.build import load_pretrained
 
     model = load_pretrained(checkpoints["feature-extraction"], "feature-extraction")
-    model.source_dir = None
-    with pytest.raises(ArtifactError, match="tokenizer"):
+    with pytest.raises(ArtifactError, match="tokenizer"):  # a bare model knows no folder
         export_model(model, "feature-extraction", tmp_path / "a")
     m = export_model(model, "feature-extraction", tmp_path / "b",
                      ExportOptions(tokenizer=checkpoints["feature-extraction"], parity=False))
