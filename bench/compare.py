@@ -65,7 +65,7 @@ def checkpoint(model: str, work: Path) -> Path:
 
     torch.manual_seed(SEED)
     m = load_pretrained(default_model_dir(), TASK, id2label=LABELS)
-    save_pretrained(m, out)
+    save_pretrained(m, out, tokenizer_from=default_model_dir())  # every engine tokenizes
     return out
 
 
