@@ -8,7 +8,6 @@ written, so an interrupted export never leaves a folder that looks complete.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -24,6 +23,7 @@ import onnx
 
 from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
 from bertonnx.build.heads import task_spec
+from bertonnx.build.save import write_config
 from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
                                        MODEL_NAME, OUTPUTS)
 from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
@@ -199,9 +199,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         quant["size"]["ratio_to_fp32_graph"] = round(size / fp32_bytes, 4)
 
     tokenizer.save(tmp)
-    hf = c.to_hf()
-    hf["architectures"] = [task_spec(task).hf_class]
-    (tmp / "config.json").write_text(json.dumps(hf, indent=2) + "\n", encoding="utf-8")
+    write_config(c, task_spec(task).hf_class, tmp)
 
     figures = {}
     if options.parity:

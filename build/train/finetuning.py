@@ -114,7 +114,11 @@ def _tokens(cfg: FinetuneConfig, tok):
 def best_answer(example: ds.SquadExample, parts, max_answer_len: int, allow_null: bool,
                 n_best: int = 20) -> str:
     """Highest start+end span over an example's windows; "" when the null ([CLS]) score wins
-    and the data has unanswerable questions (HF's postprocess_qa_predictions)."""
+    and the data has unanswerable questions (HF's postprocess_qa_predictions).
+
+    Not the runtime's decoder (postprocess.qa_best_spans) on purpose: SQuAD evaluation ranks
+    raw logit sums across windows with HF's n-best and null rules, so that F1/EM here compare
+    with HF's published scripts; the runtime ranks per-window probabilities as the pipeline."""
     best, best_score, null = "", float("-inf"), float("inf")
     for start, end, offsets in parts:
         null = min(null, float(start[0] + end[0]))

@@ -7,7 +7,7 @@ import onnx
 import pytest
 import torch
 
-from bertonnx.build import load_pretrained, load_tokenizer
+from bertonnx.build import load_checkpoint, load_tokenizer
 from bertonnx.export import ExportOptions, export_model, graph
 from bertonnx.runtime.contract import FP32_ATOL, INT8_MIN_AGREEMENT, MODEL_NAME
 
@@ -34,8 +34,9 @@ def test_minilm_sentiment_classifier_fp32_and_int8(minilm_dir, tmp_path):
     from bertonnx.export.int8_study import LABELS, fit_head, tweets
 
     # A real classification head: fitted on 300 real tweets, as in the int8 study.
-    model = load_pretrained(minilm_dir, "text-classification", id2label=dict(enumerate(LABELS)))
-    fit_head(model, load_tokenizer(minilm_dir), tweets(300), steps=100)
+    # The LoadedCheckpoint, not the bare model: the export takes the tokenizer from its folder.
+    model = load_checkpoint(minilm_dir, "text-classification", id2label=dict(enumerate(LABELS)))
+    fit_head(model.model, load_tokenizer(minilm_dir), tweets(300), steps=100)
     fp32 = export_model(model, "text-classification", tmp_path / "fp32")
     _check_fp32(fp32)
     q = export_model(model, "text-classification", tmp_path / "int8", ExportOptions(quantize="int8"))
@@ -45,7 +46,7 @@ def test_minilm_sentiment_classifier_fp32_and_int8(minilm_dir, tmp_path):
 
 def test_minilm_fill_mask_fp32_and_int8(minilm_dir, tmp_path):
     torch.manual_seed(0)  # MiniLM has no MLM head: the initialised one is drawn here
-    model = load_pretrained(minilm_dir, "fill-mask")
+    model = load_checkpoint(minilm_dir, "fill-mask")
     fp32 = export_model(model, "fill-mask", tmp_path / "fp32")
     _check_fp32(fp32)
     size = fp32.quantization["size"]
