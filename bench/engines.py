@@ -76,7 +76,7 @@ def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: 
     import torch
 
     from bertonnx.build import load_pretrained
-    from bertonnx.runtime.pipelines.base import micro_batches
+    from bertonnx.runtime.batches import micro_batches
     from bertonnx.runtime.tokenizer import load_tokenizer
 
     model = load_pretrained(reference, task)

@@ -13,7 +13,7 @@ import click
 import numpy as np
 
 from .errors import InputError
-from .io import read_inputs, texts_of
+from .io import read_input_file, texts_of
 from .triton import KINDS as TRITON_KINDS
 from .triton import TritonOptions, write_repository
 
@@ -57,7 +57,7 @@ def _gather(texts: tuple[str, ...], input_file) -> tuple[list, bool]:
     if texts and input_file:
         raise InputError("give texts as arguments or --input FILE, not both", "pick one")
     if input_file:
-        return read_inputs(input_file), False
+        return read_input_file(input_file), False
     if not texts:
         raise InputError("no input text", "pass TEXT or --input FILE")
     return list(texts), len(texts) == 1
@@ -191,7 +191,7 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
     if input_file:
         if question is not None or context is not None:
             raise InputError("give --question/--context or --input, not both", "pick one")
-        items = read_inputs(input_file)
+        items = read_input_file(input_file)
         if not all(isinstance(i, dict) for i in items):
             raise InputError(f"{input_file} must hold JSON objects with question and context",
                              'write lines like {"question": "...", "context": "..."}')

@@ -40,7 +40,7 @@ def read_lines(path: str | Path) -> list[tuple[int, str]]:
     return [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
 
 
-def read_inputs(path: str | Path) -> list:
+def read_input_file(path: str | Path) -> list:
     """Inputs of a file: strings (plain text or JSON strings) or dicts (JSON objects)."""
     lines = read_lines(path)
     if not lines:

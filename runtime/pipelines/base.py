@@ -23,7 +23,7 @@ from typing import Callable, ClassVar, Iterator, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..batches import MAX_BATCH_TOKENS, Batch, micro_batches  # noqa: F401 (bench, tests)
+from ..batches import Batch, micro_batches
 from ..contract import MODEL_NAME, output_names
 from ..errors import ArtifactError
 from ..files import read_json_object
@@ -31,7 +31,7 @@ from ..manifest import Manifest
 from ..postprocess import clean_up_tokenization
 from ..session import Session
 from ..tokenizer import WordPieceTokenizer, load_tokenizer
-from .inputs import Inputs, check_text, read_texts  # noqa: F401 (subclasses)
+from .inputs import Inputs, read_texts
 
 log = logging.getLogger("bertonnx")
 

@@ -19,24 +19,19 @@ from bertonnx.bench.inputs import task_inputs, text_set
 from bertonnx.bench.report import Result, format_report
 from bertonnx.bench.runner import BenchOptions
 from bertonnx.runtime.errors import ArtifactError, InputError
-from tests.export.conftest import make_checkpoint
 
 TASK = "text-classification"
 QUICK_FOR_TESTS = dict(texts=4, repeats=2, warmup=1, latency_seqs=(8, 16), batch=2, batch_seq=8)
 
 
 @pytest.fixture(scope="module")
-def cls_checkpoint(tmp_path_factory) -> Path:
-    return make_checkpoint(tmp_path_factory.mktemp("bench") / "ckpt", TASK)
+def cls_checkpoint(tiny_checkpoint) -> Path:
+    return tiny_checkpoint(TASK)
 
 
 @pytest.fixture(scope="module")
-def cls_export(cls_checkpoint, tmp_path_factory) -> Path:
-    from bertonnx.export import ExportOptions, export_model
-
-    out = tmp_path_factory.mktemp("bench-export") / "fp32"
-    export_model(cls_checkpoint, TASK, out, ExportOptions())
-    return out
+def cls_export(tiny_export) -> Path:
+    return tiny_export(TASK, parity=True)
 
 
 # -- arithmetic ----------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import pytest
 
 from bertonnx.runtime.cli import main
 
+from tests.conftest import CLS, EMB, NER, QA
+
 from tests.runtime._compare import assert_same
 
 
@@ -25,79 +27,81 @@ def run_json(capsys, *argv):
     return json.loads(out)
 
 
-def test_json_equals_library(capsys, export_of, ours):
-    d = {n: export_of(n)[1] for n in ("fill-mask", "classify", "qa", "ner", "embed")}
+def test_json_equals_library(capsys, tiny_export, ours):
+    d = {"fill-mask": tiny_export("fill-mask"), "classify": tiny_export(CLS),
+         "qa": tiny_export(QA), "ner": tiny_export(NER),
+         "embed": tiny_export(EMB)}
     assert_same(run_json(capsys, "fill-mask", d["fill-mask"], "the cat [MASK] .", "--top-k", 3),
                 ours("fill-mask")("the cat [MASK] .", top_k=3))
     assert_same(run_json(capsys, "fill-mask", d["fill-mask"], "the [MASK] sat",
                          "--targets", "cat,dog"),
                 ours("fill-mask")("the [MASK] sat", targets=["cat", "dog"]))
     assert_same(run_json(capsys, "classify", d["classify"], "the cat", "a dog", "--top-k", "all"),
-                ours("classify")(["the cat", "a dog"], top_k=None))
+                ours(CLS)(["the cat", "a dog"], top_k=None))
     assert_same(run_json(capsys, "classify", d["classify"], "the cat", "--pair", "a dog",
                          "--function-to-apply", "sigmoid"),
-                ours("classify")({"text": "the cat", "text_pair": "a dog"},
+                ours(CLS)({"text": "the cat", "text_pair": "a dog"},
                                  function_to_apply="sigmoid"))
     # no --top-k: transformers' flat shape, exactly what the library returns
     assert_same(run_json(capsys, "classify", d["classify"], "the cat"),
-                ours("classify")("the cat"))
+                ours(CLS)("the cat"))
     flat = run_json(capsys, "classify", d["classify"], "the cat", "a dog")
-    assert_same(flat, ours("classify")(["the cat", "a dog"]))
+    assert_same(flat, ours(CLS)(["the cat", "a dog"]))
     assert all(isinstance(r, dict) for r in flat)
     ctx = " ".join(["the cat sat on the mat and the dog ran to the river ."] * 6)
     assert_same(run_json(capsys, "qa", d["qa"], "-q", "where?", "-c", ctx, "--top-k", 3,
                          "--doc-stride", 16, "--handle-impossible-answer"),
-                ours("qa")(question="where?", context=ctx, top_k=3, doc_stride=16,
+                ours(QA)(question="where?", context=ctx, top_k=3, doc_stride=16,
                            handle_impossible_answer=True))
     assert_same(run_json(capsys, "tokens", d["ner"], "the players walked to paris",
                          "--aggregation-strategy", "first", "--ignore-labels", ""),
-                ours("ner")("the players walked to paris", aggregation_strategy="first",
+                ours(NER)("the players walked to paris", aggregation_strategy="first",
                             ignore_labels=[]))
     vec = run_json(capsys, "embed", d["embed"], "the cat", "--no-normalize")
-    assert_same(vec, ours("embed")("the cat"))
+    assert_same(vec, ours(EMB)("the cat"))
 
 
-def test_old_flag_spellings_work_but_are_hidden(capsys, export_of, ours):
-    d = export_of("classify")[1]
+def test_old_flag_spellings_work_but_are_hidden(capsys, tiny_export, ours):
+    d = tiny_export(CLS)
     assert_same(run_json(capsys, "classify", d, "the cat", "--function", "sigmoid"),
                 run_json(capsys, "classify", d, "the cat", "--function-to-apply", "sigmoid"))
-    assert_same(run_json(capsys, "tokens", export_of("ner")[1], "a b", "--aggregation", "max"),
-                ours("ner")("a b", aggregation_strategy="max"))
+    assert_same(run_json(capsys, "tokens", tiny_export(NER), "a b", "--aggregation", "max"),
+                ours(NER)("a b", aggregation_strategy="max"))
     for cmd, new, old in (("classify", "--function-to-apply", "--function "),
                           ("tokens", "--aggregation-strategy", "--aggregation ")):
         rc, out, _ = run(capsys, cmd, "--help")
         assert new in out and old not in out
 
 
-def test_tables(capsys, export_of):
-    rc, out, _ = run(capsys, "classify", export_of("classify")[1], "the cat", "--top-k", "all")
+def test_tables(capsys, tiny_export):
+    rc, out, _ = run(capsys, "classify", tiny_export(CLS), "the cat", "--top-k", "all")
     assert rc == 0 and all(lab in out for lab in ("negative", "neutral", "positive"))
-    rc, out, _ = run(capsys, "embed", export_of("embed")[1], "the cat", "a dog", "paris")
+    rc, out, _ = run(capsys, "embed", tiny_export(EMB), "the cat", "a dog", "paris")
     assert rc == 0 and "cosine" in out and "1.0000" in out
-    rc, out, _ = run(capsys, "qa", export_of("qa")[1], "-q", "who?", "-c", "the cat sat")
+    rc, out, _ = run(capsys, "qa", tiny_export(QA), "-q", "who?", "-c", "the cat sat")
     assert rc == 0 and "answer" in out
-    rc, out, _ = run(capsys, "fill-mask", export_of("fill-mask")[1], "a [MASK] and a [MASK]")
+    rc, out, _ = run(capsys, "fill-mask", tiny_export("fill-mask"), "a [MASK] and a [MASK]")
     assert rc == 0 and "mask 2:" in out
-    rc, out, _ = run(capsys, "tokens", export_of("ner")[1], "the cat", "--aggregation", "simple",
+    rc, out, _ = run(capsys, "tokens", tiny_export(NER), "the cat", "--aggregation", "simple",
                      "--ignore-labels", "")
     assert rc == 0 and "entity group" in out
 
 
-def test_input_files(capsys, export_of, ours, tmp_path):
+def test_input_files(capsys, tiny_export, ours, tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_bytes("\ufeffthe cat sat\r\n\r\na dog ran\r\n".encode("utf-8"))  # BOM + CRLF
-    got = run_json(capsys, "classify", export_of("classify")[1], "--input", plain)
-    assert_same(got, ours("classify")(["the cat sat", "a dog ran"]))
+    got = run_json(capsys, "classify", tiny_export(CLS), "--input", plain)
+    assert_same(got, ours(CLS)(["the cat sat", "a dog ran"]))
     jsonl = tmp_path / "pairs.jsonl"
     jsonl.write_text('{"text": "the cat", "text_pair": "a dog"}\n"paris"\n', encoding="utf-8")
-    got = run_json(capsys, "classify", export_of("classify")[1], "--input", jsonl, "--top-k", 2)
-    assert_same(got, ours("classify")([{"text": "the cat", "text_pair": "a dog"}, "paris"],
+    got = run_json(capsys, "classify", tiny_export(CLS), "--input", jsonl, "--top-k", 2)
+    assert_same(got, ours(CLS)([{"text": "the cat", "text_pair": "a dog"}, "paris"],
                                       top_k=2))
     qa = tmp_path / "qa.jsonl"
     qa.write_text('{"question": "who?", "context": "the cat sat"}\n'
                   '{"question": "where?", "context": "in paris"}\n', encoding="utf-8")
-    got = run_json(capsys, "qa", export_of("qa")[1], "--input", qa)
-    assert_same(got, ours("qa")([{"question": "who?", "context": "the cat sat"},
+    got = run_json(capsys, "qa", tiny_export(QA), "--input", qa)
+    assert_same(got, ours(QA)([{"question": "who?", "context": "the cat sat"},
                                  {"question": "where?", "context": "in paris"}]))
 
 
@@ -114,11 +118,11 @@ def test_input_files(capsys, export_of, ours, tmp_path):
     (["qa", "{qa}", "-q", " ".join(["what"] * 70), "-c", "the cat"], "max_question_len"),
     (["embed", "{embed}", "x", "--providers", "cuda"], "not available"),
 ])
-def test_errors_are_one_line(capsys, export_of, tmp_path, argv, message):
+def test_errors_are_one_line(capsys, tiny_export, tmp_path, argv, message):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
     (tmp_path / "bad.jsonl").write_text('{"text": "a"\n', encoding="utf-8")
-    paths = {"fill-mask": export_of("fill-mask")[1], "classify": export_of("classify")[1],
-             "qa": export_of("qa")[1], "embed": export_of("embed")[1],
+    paths = {"fill-mask": tiny_export("fill-mask"), "classify": tiny_export(CLS),
+             "qa": tiny_export(QA), "embed": tiny_export(EMB),
              "missing": tmp_path / "nope", "latin1": tmp_path / "latin1.txt",
              "badjson": tmp_path / "bad.jsonl"}
     argv = [a.format(**paths) for a in argv]
@@ -129,13 +133,14 @@ def test_errors_are_one_line(capsys, export_of, tmp_path, argv, message):
     assert message in lines[0] and "Traceback" not in err
 
 
-def test_commands_do_not_import_torch(export_of):
+def test_commands_do_not_import_torch(tiny_export):
     """Run the real entry point in a fresh process and list what it imported."""
+    classify, qa = tiny_export(CLS), tiny_export(QA)
     code = (
         "import sys\n"
         "from bertonnx.runtime.cli import main\n"
-        f"rc = main(['classify', {str(export_of('classify')[1])!r}, 'the cat', '--json'])\n"
-        f"rc += main(['qa', {str(export_of('qa')[1])!r}, '-q', 'who', '-c', 'the cat'])\n"
+        f"rc = main(['classify', {str(classify)!r}, 'the cat', '--json'])\n"
+        f"rc += main(['qa', {str(qa)!r}, '-q', 'who', '-c', 'the cat'])\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers'))\n"
         "print('RC', rc, 'IMPORTED', bad)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -143,9 +148,9 @@ def test_commands_do_not_import_torch(export_of):
     assert r.stdout.strip().splitlines()[-1] == "RC 0 IMPORTED []"
 
 
-def test_entry_point_exit_code(export_of):
+def test_entry_point_exit_code(tiny_export):
     exe = [sys.executable, "-m", "bertonnx.runtime.cli"]
-    r = subprocess.run([*exe, "fill-mask", str(export_of("fill-mask")[1]), "no mask"],
+    r = subprocess.run([*exe, "fill-mask", str(tiny_export("fill-mask")), "no mask"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.startswith("bertonnx: error:")
     assert len(r.stderr.strip().splitlines()) == 1

@@ -70,12 +70,12 @@ def test_fill_mask_default_from_the_wheel(user_venv):
     assert len(answers) == 5 and all({"score", "token_str", "sequence"} <= set(a) for a in answers)
 
 
-def test_classify_an_export_made_by_the_full_install(user_venv, export_of, ours):
+def test_classify_an_export_made_by_the_full_install(user_venv, tiny_export, ours):
     bin_, _ = user_venv
-    r = _run([bin_ / "bertonnx", "classify", export_of("classify")[1], "the cat", "a dog",
+    r = _run([bin_ / "bertonnx", "classify", tiny_export("text-classification"), "the cat", "a dog",
               "--top-k", "all", "--json"], cwd=bin_)
     assert r.returncode == 0, r.stderr
-    expected = ours("classify")(["the cat", "a dog"], top_k=None)
+    expected = ours("text-classification")(["the cat", "a dog"], top_k=None)
     got = json.loads(r.stdout)
     assert [[x["label"] for x in row] for row in got] == \
         [[x["label"] for x in row] for row in expected]

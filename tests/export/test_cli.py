@@ -11,9 +11,9 @@ from bertonnx.runtime.cli import main
 from bertonnx.runtime.contract import FP32_ATOL
 
 
-def test_export_json_prints_the_manifest(checkpoints, tmp_path, capsys):
+def test_export_json_prints_the_manifest(tiny_checkpoint, tmp_path, capsys):
     out = tmp_path / "out"
-    rc = main(["export", str(checkpoints["token-classification"]), "--task",
+    rc = main(["export", str(tiny_checkpoint("token-classification")), "--task",
                "token-classification", "--out", str(out), "--json"])
     cap = capsys.readouterr()
     assert rc == 0
@@ -22,20 +22,20 @@ def test_export_json_prints_the_manifest(checkpoints, tmp_path, capsys):
     assert "fusing" in cap.err  # progress on stderr, stdout stays parseable
 
 
-def test_export_refuses_non_empty_out_in_one_line(exports, checkpoints, capsys):
-    folder, _ = exports["feature-extraction"]
-    rc = main(["export", str(checkpoints["feature-extraction"]), "--task", "feature-extraction",
+def test_export_refuses_non_empty_out_in_one_line(tiny_export, tiny_checkpoint, capsys):
+    folder = tiny_export("feature-extraction", parity=True)
+    rc = main(["export", str(tiny_checkpoint("feature-extraction")), "--task", "feature-extraction",
                "--out", str(folder)])
     err = capsys.readouterr().err
     assert rc == 2 and "not empty" in err and "--force" in err and "Traceback" not in err
 
 
 @pytest.fixture(scope="module")
-def perturbed(checkpoints, tmp_path_factory):
+def perturbed(tiny_checkpoint, tmp_path_factory):
     """The fill-mask checkpoint with layer 1's FFN output weight nudged by 1e-2."""
     from safetensors.torch import load_file, save_file
 
-    src = checkpoints["fill-mask"]
+    src = tiny_checkpoint("fill-mask")
     dst = tmp_path_factory.mktemp("perturbed") / "fm"
     shutil.copytree(src, dst)
     state = load_file(dst / "model.safetensors")
@@ -46,14 +46,14 @@ def perturbed(checkpoints, tmp_path_factory):
     return dst
 
 
-def test_parity_passes_against_its_reference(exports, checkpoints, capsys):
-    folder, _ = exports["fill-mask"]
-    assert main(["parity", str(folder), "--reference", str(checkpoints["fill-mask"])]) == 0
+def test_parity_passes_against_its_reference(tiny_export, tiny_checkpoint, capsys):
+    folder = tiny_export("fill-mask", parity=True)
+    assert main(["parity", str(folder), "--reference", str(tiny_checkpoint("fill-mask"))]) == 0
     assert "PASS" in capsys.readouterr().out
 
 
-def test_parity_exits_1_against_a_perturbed_reference(exports, perturbed, capsys):
-    folder, _ = exports["fill-mask"]
+def test_parity_exits_1_against_a_perturbed_reference(tiny_export, perturbed, capsys):
+    folder = tiny_export("fill-mask", parity=True)
     rc = main(["parity", str(folder), "--reference", str(perturbed), "--json", "--per-layer"])
     cap = capsys.readouterr()
     assert rc == 1 and "outside tolerance" in cap.err
@@ -66,8 +66,8 @@ def test_parity_exits_1_against_a_perturbed_reference(exports, perturbed, capsys
     assert report["per_layer"]["first_parting"] == "layer 1"
 
 
-def test_parity_on_a_non_export_is_one_line(tmp_path, checkpoints, capsys):
-    rc = main(["parity", str(tmp_path), "--reference", str(checkpoints["fill-mask"])])
+def test_parity_on_a_non_export_is_one_line(tmp_path, tiny_checkpoint, capsys):
+    rc = main(["parity", str(tmp_path), "--reference", str(tiny_checkpoint("fill-mask"))])
     err = capsys.readouterr().err
     assert rc == 2 and "bertonnx.json" in err and "Traceback" not in err
 
@@ -76,7 +76,7 @@ def test_parity_holds_for_a_reference_without_head_weights(tmp_path, capsys):
     # A body-only checkpoint gets its fill-mask head drawn at load from a fixed seed, so the
     # export and a later, separate load of the same folder are the same model.
     from bertonnx.export import ExportOptions, export_model
-    from tests.export.conftest import make_checkpoint
+    from tests.conftest import make_checkpoint
 
     body_only = make_checkpoint(tmp_path / "body", "feature-extraction")  # no MLM head
     export_model(body_only, "fill-mask", tmp_path / "out", ExportOptions(parity=False))
@@ -87,17 +87,16 @@ def test_parity_holds_for_a_reference_without_head_weights(tmp_path, capsys):
 
 @pytest.mark.parametrize("task", ["fill-mask", "text-classification", "question-answering",
                                   "feature-extraction"])
-def test_task_is_read_from_architectures(checkpoints, task):
+def test_task_is_read_from_architectures(tiny_checkpoint, task):
     from bertonnx.build.checkpoint import infer_task
 
-    assert infer_task(checkpoints[task]) == task
+    assert infer_task(tiny_checkpoint(task)) == task
 
 
-def test_export_without_task_uses_architectures_and_explicit_task_wins(checkpoints, tmp_path,
-                                                                        capsys):
+def test_export_without_task_uses_architectures_and_explicit_task_wins(tiny_checkpoint, tmp_path, capsys):
     from bertonnx.runtime.manifest import Manifest
 
-    ckpt = checkpoints["text-classification"]
+    ckpt = tiny_checkpoint("text-classification")
     assert main(["export", str(ckpt), "--out", str(tmp_path / "a"), "--no-parity"]) == 0
     assert "task text-classification (from" in capsys.readouterr().err
     assert Manifest.read(tmp_path / "a").task == "text-classification"
@@ -106,9 +105,9 @@ def test_export_without_task_uses_architectures_and_explicit_task_wins(checkpoin
     assert Manifest.read(tmp_path / "b").task == "feature-extraction"
 
 
-def test_export_without_task_or_architectures_is_one_line(checkpoints, tmp_path, capsys):
+def test_export_without_task_or_architectures_is_one_line(tiny_checkpoint, tmp_path, capsys):
     folder = tmp_path / "no-arch"
-    shutil.copytree(checkpoints["fill-mask"], folder)
+    shutil.copytree(tiny_checkpoint("fill-mask"), folder)
     config = json.loads((folder / "config.json").read_text())
     config.pop("architectures", None)
     (folder / "config.json").write_text(json.dumps(config))
@@ -118,7 +117,7 @@ def test_export_without_task_or_architectures_is_one_line(checkpoints, tmp_path,
     assert len(err.strip().splitlines()) == 1
 
 
-def test_int8_refusal_names_metric_and_the_way_out(checkpoints, monkeypatch):
+def test_int8_refusal_names_metric_and_the_way_out(tiny_checkpoint, monkeypatch):
     import dataclasses
 
     from bertonnx.build import load_pretrained
@@ -130,7 +129,7 @@ def test_int8_refusal_names_metric_and_the_way_out(checkpoints, monkeypatch):
     row = dataclasses.replace(precisions.PRECISIONS["int8"], judge=lambda *a, **k: failing)
     monkeypatch.setitem(precisions.PRECISIONS, "int8", row)
     monkeypatch.setattr(api.parity, "session", lambda path: None)  # the judge is replaced
-    m = load_pretrained(checkpoints["question-answering"], "question-answering")
+    m = load_pretrained(tiny_checkpoint("question-answering"), "question-answering")
     with pytest.raises(CheckFailed) as e:
         api.check_parity(m, None, "int8")
     msg = str(e.value)

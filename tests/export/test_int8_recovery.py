@@ -12,11 +12,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_int8_export_dequantizes_to_its_checkpoint(checkpoints, tmp_path):
+def test_int8_export_dequantizes_to_its_checkpoint(tiny_checkpoint, tmp_path):
     from bertonnx.build import load_pretrained
     from bertonnx.export import ExportOptions, export_model
 
-    source = checkpoints["fill-mask"]
+    source = tiny_checkpoint("fill-mask")
     # parity off: int8 agreement on a tiny random model is not what this test is about
     export_model(source, "fill-mask", tmp_path / "int8", ExportOptions(quantize="int8", parity=False))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "int8_to_checkpoint.py"),

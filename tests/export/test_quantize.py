@@ -8,17 +8,19 @@ import pytest
 from bertonnx.export import ExportOptions, export_model, graph, quantize, tied_decoder
 from bertonnx.runtime.contract import INT8_MIN_AGREEMENT, MODEL_NAME
 
-from .conftest import EXPORT_TASKS, LAYERS
+from tests.conftest import TASK_NAMES
+
+LAYERS = 2  # tests/conftest.py make_checkpoint's num_hidden_layers
 
 
 @pytest.fixture(scope="session")
-def int8_exports(checkpoints, tmp_path_factory):
+def int8_exports(tiny_checkpoint, tmp_path_factory):
     root = tmp_path_factory.mktemp("int8")
     return {t: (root / t, export_model(ck, t, root / t, ExportOptions(quantize="int8")))
-            for t, ck in checkpoints.items()}
+            for t, ck in ((t, tiny_checkpoint(t)) for t in TASK_NAMES)}
 
 
-@pytest.mark.parametrize("task", EXPORT_TASKS)
+@pytest.mark.parametrize("task", TASK_NAMES)
 def test_int8_is_fused_and_quantized(int8_exports, task):
     folder, m = int8_exports[task]
     counts = graph.op_counts(onnx.load(str(folder / MODEL_NAME)))
@@ -33,7 +35,7 @@ def test_int8_is_fused_and_quantized(int8_exports, task):
     assert m.quantization["per_channel"] == quantize.DEFAULT_INT8.per_channel
 
 
-@pytest.mark.parametrize("task", EXPORT_TASKS)
+@pytest.mark.parametrize("task", TASK_NAMES)
 def test_int8_task_agreement(int8_exports, task):
     _, m = int8_exports[task]
     p = m.parity
@@ -41,11 +43,11 @@ def test_int8_task_agreement(int8_exports, task):
     assert p["examples"] >= 12
 
 
-def test_int8_size_and_tied_weights(wide_fill_mask, tmp_path):
-    fp32 = export_model(wide_fill_mask, "fill-mask", tmp_path / "fp32", ExportOptions(parity=False))
+def test_int8_size_and_tied_weights(tiny_checkpoint, tmp_path):
+    fp32 = export_model(tiny_checkpoint("wide-fill-mask"), "fill-mask", tmp_path / "fp32", ExportOptions(parity=False))
     # Size and layout only: agreement is judged on the tiny exports above and on MiniLM (slow);
     # this model's 4000-word random MLM head has near-tied logits by construction.
-    q = export_model(wide_fill_mask, "fill-mask", tmp_path / "int8",
+    q = export_model(tiny_checkpoint("wide-fill-mask"), "fill-mask", tmp_path / "int8",
                      ExportOptions(quantize="int8", parity=False))
     ratio = q.quantization["size"]["model_bytes"] / fp32.quantization["size"]["model_bytes"]
     assert ratio <= 0.27
@@ -58,7 +60,7 @@ def test_int8_size_and_tied_weights(wide_fill_mask, tmp_path):
     assert decoder[0].input[1] == tables[0].name + "_T" and qemb[0].input[2] == tables[0].name
 
 
-def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_path):
+def test_quantizer_would_corrupt_tied_embeddings_without_us(tiny_checkpoint, tmp_path):
     """Why export/tied_decoder.py exists. Left alone, onnxruntime's quantizer mishandles the (V, H)
     table shared by the embeddings and the Gemm decoder: up to 1.2x it transposes it in place
     (the embeddings then read a (H, V) table); 1.32 quantizes a transposed copy for the Gemm,
@@ -66,7 +68,7 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_
     from bertonnx.build import load_pretrained
     from bertonnx.export import fusion
 
-    model = load_pretrained(wide_fill_mask, "fill-mask")
+    model = load_pretrained(tiny_checkpoint("wide-fill-mask"), "fill-mask")
     graph.export_onnx(model, tmp_path / "raw.onnx", 17)
     fused = fusion.fuse(tmp_path / "raw.onnx", 4, 128)
 
@@ -89,8 +91,8 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(wide_fill_mask, tmp_
 
 @pytest.mark.parametrize("settings", [quantize.Int8Settings(True, "QUInt8", False),
                                       quantize.Int8Settings(False, "QInt8", False)])
-def test_other_int8_settings_are_recorded(checkpoints, tmp_path, settings):
-    m = export_model(checkpoints["text-classification"], "text-classification", tmp_path / "q",
+def test_other_int8_settings_are_recorded(tiny_checkpoint, tmp_path, settings):
+    m = export_model(tiny_checkpoint("text-classification"), "text-classification", tmp_path / "q",
                      ExportOptions(quantize="int8", int8=settings))
     assert m.parity["passed"]
     assert (m.quantization["per_channel"], m.quantization["weight_type"],
@@ -98,8 +100,8 @@ def test_other_int8_settings_are_recorded(checkpoints, tmp_path, settings):
                                                 settings.reduce_range)
 
 
-def test_fp16_keeps_io_types(checkpoints, tmp_path):
-    m = export_model(checkpoints["question-answering"], "question-answering", tmp_path / "h",
+def test_fp16_keeps_io_types(tiny_checkpoint, tmp_path):
+    m = export_model(tiny_checkpoint("question-answering"), "question-answering", tmp_path / "h",
                      ExportOptions(quantize="fp16"))
     g = onnx.load(str(tmp_path / "h" / MODEL_NAME)).graph
     assert all(i.type.tensor_type.elem_type == onnx.TensorProto.INT64 for i in g.input)
@@ -112,7 +114,7 @@ def test_fp16_keeps_io_types(checkpoints, tmp_path):
     assert all(np.isfinite(v) and v < 0.05 for v in m.parity["rel_max_abs"].values())
 
 
-def test_int8_leaves_the_root_logger_as_it_was(wide_fill_mask, tmp_path):
+def test_int8_leaves_the_root_logger_as_it_was(tiny_checkpoint, tmp_path):
     """The quantizer's advice is silenced for its own call only: after an in-process int8
     export, the caller's warnings (bertonnx's own included) still reach the root handlers."""
     import logging
@@ -120,7 +122,7 @@ def test_int8_leaves_the_root_logger_as_it_was(wide_fill_mask, tmp_path):
     from bertonnx.build import load_pretrained
     from bertonnx.export import fusion
 
-    model = load_pretrained(wide_fill_mask, "fill-mask")
+    model = load_pretrained(tiny_checkpoint("wide-fill-mask"), "fill-mask")
     graph.export_onnx(model, tmp_path / "raw.onnx", 17)
     fused = fusion.fuse(tmp_path / "raw.onnx", 4, 128)
     root = logging.getLogger()

@@ -21,6 +21,8 @@ from bertonnx.runtime import (ArtifactError, BertOnnxError, ConfigError, InputEr
 from bertonnx.runtime.contract import MANIFEST_NAME, MODEL_NAME
 from bertonnx.runtime.manifest import sha256
 
+from tests.conftest import CLS, EMB, FM, NER, QA
+
 from .conftest import one_error_line
 
 LONG_QUESTION = " ".join(["the"] * 80)          # 80 tokens > max_question_len 64
@@ -119,8 +121,6 @@ class Case:
     files: tuple = field(default=())
 
 
-FM, CLS, QA, NER, EMB = ("fill-mask", "text-classification", "question-answering",
-                         "token-classification", "feature-extraction")
 
 
 def _fm(**kw):
@@ -293,9 +293,9 @@ CASES = [
 
 
 def _read(path):
-    from bertonnx.runtime.io import read_inputs
+    from bertonnx.runtime.io import read_input_file
 
-    return read_inputs(path)
+    return read_input_file(path)
 
 
 def _texts(path):

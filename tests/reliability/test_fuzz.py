@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from bertonnx.runtime import BertOnnxError, InputError
 
-from tests.conftest import VOCAB
+from tests.conftest import BIO, SENTIMENT, VOCAB
 
-from .conftest import BIO, HIDDEN, LABELS
+from .conftest import HIDDEN
 
 FUZZ = settings(max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -83,8 +83,8 @@ def _check_expected_error(text: str, result) -> None:
 
 @FUZZ
 @given(text=masked_texts(), top_k=st.integers(1, 8))
-def test_fill_mask(pipes, text, top_k):
-    pipe = pipes["fill-mask"]
+def test_fill_mask(ours, text, top_k):
+    pipe = ours("fill-mask")
     got = _valid_or_typed(lambda: pipe(text, top_k=top_k))
     if "[MASK]" not in text:
         assert got is None
@@ -105,8 +105,8 @@ def test_fill_mask(pipes, text, top_k):
 @FUZZ
 @given(items=st.lists(st.one_of(texts(), st.tuples(texts(), texts())), min_size=1, max_size=4),
        top_k=st.one_of(st.none(), st.integers(1, 3)))
-def test_text_classification(pipes, items, top_k):
-    pipe = pipes["text-classification"]
+def test_text_classification(ours, items, top_k):
+    pipe = ours("text-classification")
     inputs = [{"text": a, "text_pair": b} if isinstance(x, tuple) else x
               for x in items for a, b in [x if isinstance(x, tuple) else (x, None)]]
     got = _valid_or_typed(lambda: pipe(inputs, top_k=top_k))
@@ -116,8 +116,8 @@ def test_text_classification(pipes, items, top_k):
         return
     assert got is not None and len(got) == len(inputs)
     for labels in got:
-        assert len(labels) == (len(LABELS) if top_k is None else top_k)
-        assert {d["label"] for d in labels} <= set(LABELS.values())
+        assert len(labels) == (len(SENTIMENT) if top_k is None else top_k)
+        assert {d["label"] for d in labels} <= set(SENTIMENT.values())
         assert all(_is_prob(d["score"]) for d in labels)
         if top_k is None:   # softmax over 3 labels
             assert math.isclose(sum(d["score"] for d in labels), 1.0, abs_tol=1e-5)
@@ -126,8 +126,8 @@ def test_text_classification(pipes, items, top_k):
 @FUZZ
 @given(question=texts(max_pieces=12), context=texts(max_pieces=120),
        top_k=st.integers(1, 3), impossible=st.booleans(), stride=st.sampled_from([None, 0, 8]))
-def test_question_answering(pipes, question, context, top_k, impossible, stride):
-    pipe = pipes["question-answering"]
+def test_question_answering(ours, question, context, top_k, impossible, stride):
+    pipe = ours("question-answering")
     got = _valid_or_typed(lambda: pipe(question=question, context=context, top_k=top_k,
                                        handle_impossible_answer=impossible, doc_stride=stride))
     _check_expected_error(question, got)
@@ -146,8 +146,8 @@ def test_question_answering(pipes, question, context, top_k, impossible, stride)
 @FUZZ
 @given(text=texts(max_pieces=120),
        strategy=st.sampled_from(["none", "simple", "first", "average", "max"]))
-def test_token_classification(pipes, text, strategy):
-    pipe = pipes["token-classification"]
+def test_token_classification(ours, text, strategy):
+    pipe = ours("token-classification")
     got = _valid_or_typed(lambda: pipe(text, aggregation_strategy=strategy, ignore_labels=[]))
     _check_expected_error(text, got)
     if got is None:
@@ -163,8 +163,8 @@ def test_token_classification(pipes, text, strategy):
 @FUZZ
 @given(items=st.lists(texts(max_pieces=100), min_size=1, max_size=4),
        pooling=st.sampled_from(["mean", "cls"]), normalize=st.booleans())
-def test_feature_extraction(pipes, items, pooling, normalize):
-    pipe = pipes["feature-extraction"]
+def test_feature_extraction(ours, items, pooling, normalize):
+    pipe = ours("feature-extraction")
     got = _valid_or_typed(lambda: pipe(items, pooling=pooling, normalize=normalize,
                                        return_tensors=True))
     if any(_has_surrogate(t) or not t.strip() for t in items):
@@ -179,11 +179,11 @@ def test_feature_extraction(pipes, items, pooling, normalize):
 @given(parts=st.lists(st.one_of(st.sampled_from(WORDS), st.sampled_from(ODD), st.just("x" * 150)),
                       min_size=200, max_size=1500),
        sep=st.sampled_from([" ", "", "\u200b"]))
-def test_truncation_prefix_matches_whole_text(pipes, parts, sep):
+def test_truncation_prefix_matches_whole_text(ours, parts, sep):
     """Pipeline.encode tokenizes a prefix of long texts; the ids must be the whole text's."""
     from tokenizers import Tokenizer
 
-    pipe = pipes["text-classification"]
+    pipe = ours("text-classification")
     text = sep.join(parts)
     whole = Tokenizer.from_str(pipe.tokenizer.backend.to_str())
     whole.enable_truncation(pipe.max_length)

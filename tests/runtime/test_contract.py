@@ -16,7 +16,6 @@ from bertonnx.runtime.pipelines import (PIPELINES, FeatureExtractionPipeline, Fi
 from bertonnx.runtime.pipelines.text_classification import LEGACY
 
 from ._compare import assert_same
-from .conftest import SPEC_OF_TASK
 
 TEXT_TASKS = (FillMaskPipeline, TokenClassificationPipeline, FeatureExtractionPipeline)
 
@@ -163,7 +162,7 @@ CALLS = {
 @pytest.mark.parametrize("task", EXPORT_TASKS)
 def test_merged_calls_unwrap_to_each_call_alone(ours, task):
     """What the server does with several requests: read each, one call, split, unwrap."""
-    pipe = ours(SPEC_OF_TASK[task])
+    pipe = ours(task)
     many, one, params = CALLS[task]
     reads = [pipe.read_inputs(many), pipe.read_inputs(one)]
     merged = pipe(Inputs.concat(reads), **params)
@@ -217,7 +216,7 @@ def test_pad_rows_keeps_trailing_axes():
 
 
 def test_windows_know_their_input_and_place(ours):
-    pipe = ours("ner")
+    pipe = ours("token-classification")
     long_text = " ".join(["the cat sat on the mat"] * 30)
     windows = pipe.encode_windows(["a dog", long_text, "paris"], 24, 6)
     groups = windows.per_input(list(range(len(windows.encodings))))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import CLS, EMB, NER, QA
+
 from ._compare import assert_same
 
 SENTENCES = ["the cat sat on the mat .", "a dog ran to the river in paris",
@@ -54,7 +56,7 @@ def test_fill_mask_list(ours, reference):
      dict(top_k=3)),
 ])
 def test_classify(ours, reference, inputs, kwargs):
-    assert_same(ours("classify")(inputs, **kwargs), reference("classify")(inputs, **kwargs))
+    assert_same(ours(CLS)(inputs, **kwargs), reference(CLS)(inputs, **kwargs))
 
 
 @pytest.mark.parametrize("name", ["multilabel", "one-label"])
@@ -82,8 +84,8 @@ QA_CASES = [
 
 
 @pytest.mark.parametrize("kwargs", QA_CASES)
-def test_qa(ours, reference, export_of, kwargs):
-    mine, theirs = ours("qa")(**kwargs), reference("qa")(**kwargs)
+def test_qa(ours, reference, tiny_export, kwargs):
+    mine, theirs = ours(QA)(**kwargs), reference(QA)(**kwargs)
     if kwargs.get("top_k", 1) > 1:
         theirs = _as_list(theirs)
         assert len(theirs) == kwargs["top_k"], "case must not hit transformers' shortfall"
@@ -93,7 +95,7 @@ def test_qa(ours, reference, export_of, kwargs):
 
 
 def test_qa_windows_really_overlap(ours):
-    pipe = ours("qa")
+    pipe = ours(QA)
     read = pipe.read_inputs(question="where?", context=LONG_CONTEXT)
     windows = pipe._windows(read, 40, 12, 64).encodings
     assert len(windows) >= 4
@@ -103,17 +105,17 @@ def test_qa_windows_really_overlap(ours):
 
 def test_qa_list_of_dicts(ours, reference):
     items = [QA_CASES[0], dict(question="what ran?", context=LONG_CONTEXT)]
-    assert_same(ours("qa")(items, max_seq_len=64), reference("qa")(items, max_seq_len=64))
-    assert_same(ours("qa")(question=["where?", "what?"], context="the cat sat on the mat"),
-                reference("qa")(question=["where?", "what?"], context="the cat sat on the mat"))
+    assert_same(ours(QA)(items, max_seq_len=64), reference(QA)(items, max_seq_len=64))
+    assert_same(ours(QA)(question=["where?", "what?"], context="the cat sat on the mat"),
+                reference(QA)(question=["where?", "what?"], context="the cat sat on the mat"))
 
 
 def test_qa_never_fewer_than_top_k(ours, reference):
     """transformers issue 38984's trap survives in 4.57: a fixed pool per window, eaten by
     duplicates ("dog" at 40 places), leaves fewer than top_k answers. Ours widens the pool."""
     ctx = "dog " * 40 + "cat sat on the mat"
-    theirs = _as_list(reference("qa")(question="what?", context=ctx, top_k=8, max_answer_len=2))
-    mine = ours("qa")(question="what?", context=ctx, top_k=8, max_answer_len=2)
+    theirs = _as_list(reference(QA)(question="what?", context=ctx, top_k=8, max_answer_len=2))
+    mine = ours(QA)(question="what?", context=ctx, top_k=8, max_answer_len=2)
     assert len(theirs) < 8, "precondition: transformers falls short here"
     assert len(mine) == 8
     texts = [a["answer"] for a in mine]
@@ -128,8 +130,8 @@ def test_qa_never_fewer_than_top_k(ours, reference):
 def test_qa_no_zero_score_garbage(ours, reference):
     """With fewer valid spans than top_k, transformers pads with score-0 spans (end before
     start: answer ''). Ours returns the valid spans only, with the same scores."""
-    theirs = reference("qa")(question="what?", context="cat sat", top_k=5)
-    mine = ours("qa")(question="what?", context="cat sat", top_k=5)
+    theirs = reference(QA)(question="what?", context="cat sat", top_k=5)
+    mine = ours(QA)(question="what?", context="cat sat", top_k=5)
     valid = [a for a in theirs if a["score"] > 0]
     assert len(valid) < len(theirs), "precondition: transformers returns a garbage span"
     assert_same(mine, valid)
@@ -143,7 +145,7 @@ def test_tokens(ours, reference, strategy):
              "zebras xylophone the cat"]                                   # [UNK] words too
     for ignore in (None, []):
         kw = dict(aggregation_strategy=strategy, ignore_labels=ignore)
-        assert_same(ours("ner")(texts, **kw), reference("ner")(texts, **kw))
+        assert_same(ours(NER)(texts, **kw), reference(NER)(texts, **kw))
 
 
 @pytest.mark.parametrize("strategy", ["simple", "first", "max"])
@@ -151,7 +153,7 @@ def test_tokens_windows_match_stride(ours, reference, strategy):
     """Long text with stride: the same windows and the same overlap merge as transformers."""
     text = " ".join(["the players walked happily to paris and london"] * 12)
     kw = dict(aggregation_strategy=strategy, stride=16, ignore_labels=[])
-    mine, theirs = ours("ner")(text, **kw), reference("ner")(text, **kw)
+    mine, theirs = ours(NER)(text, **kw), reference(NER)(text, **kw)
     assert_same(mine, theirs)
     assert max(e["end"] for e in mine) > len(text) - 10      # the whole text is labelled
 
@@ -159,7 +161,7 @@ def test_tokens_windows_match_stride(ours, reference, strategy):
 def test_tokens_long_text_windowed_by_default(ours):
     """Deliberate difference: transformers truncates at the model's length; we window."""
     text = " ".join(["the cat sat on the mat"] * 30)                        # ~180 tokens > 64
-    ents = ours("ner")(text, ignore_labels=[])
+    ents = ours(NER)(text, ignore_labels=[])
     idx = [e["index"] for e in ents]
     assert idx == list(range(1, len(idx) + 1))                # every token once, in order
     assert ents[-1]["end"] == len(text)
@@ -168,17 +170,17 @@ def test_tokens_long_text_windowed_by_default(ours):
 # ---------------------------------------------------------------- feature-extraction
 
 def test_embed_token_features(ours, reference):
-    mine = ours("embed")(SENTENCES, pooling="none")
-    theirs = reference("embed")(SENTENCES)
+    mine = ours(EMB)(SENTENCES, pooling="none")
+    theirs = reference(EMB)(SENTENCES)
     assert_same(mine, theirs)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_embed_pooled(ours, reference, pooling):
-    theirs = [np.asarray(t[0]) for t in reference("embed")(SENTENCES)]   # (T, H) each
+    theirs = [np.asarray(t[0]) for t in reference(EMB)(SENTENCES)]   # (T, H) each
     want = np.stack([t.mean(0) if pooling == "mean" else t[0] for t in theirs])
-    mine = np.asarray(ours("embed")(SENTENCES, pooling=pooling))
+    mine = np.asarray(ours(EMB)(SENTENCES, pooling=pooling))
     np.testing.assert_allclose(mine, want, atol=1e-4, rtol=0)
-    unit = ours("embed")(SENTENCES, pooling=pooling, normalize=True, return_tensors=True)
+    unit = ours(EMB)(SENTENCES, pooling=pooling, normalize=True, return_tensors=True)
     np.testing.assert_allclose(unit, want / np.linalg.norm(want, axis=1, keepdims=True),
                                atol=1e-4, rtol=0)

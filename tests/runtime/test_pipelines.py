@@ -12,6 +12,8 @@ import pytest
 
 from bertonnx.runtime import ArtifactError, ConfigError, InputError, TaskMismatchError, load
 
+from tests.conftest import CLS, EMB, NER, QA, TASK_NAMES
+
 from ._compare import assert_same
 
 # mixed lengths so length-sorting really reorders
@@ -23,9 +25,9 @@ MIXED = ["paris", "the cat sat on the mat and the dog ran to the river in paris"
 
 @pytest.mark.parametrize("name, call", [
     ("fill-mask", lambda p, xs: p([x + " [MASK]" for x in xs], top_k=3, batch_size=2)),
-    ("classify", lambda p, xs: p(xs, top_k=None, batch_size=2)),
-    ("ner", lambda p, xs: p(xs, aggregation_strategy="simple", batch_size=2)),
-    ("embed", lambda p, xs: p(xs, batch_size=2)),
+    ("text-classification", lambda p, xs: p(xs, top_k=None, batch_size=2)),
+    ("token-classification", lambda p, xs: p(xs, aggregation_strategy="simple", batch_size=2)),
+    ("feature-extraction", lambda p, xs: p(xs, batch_size=2)),
 ])
 def test_batched_equals_one_by_one(ours, name, call):
     pipe = ours(name)
@@ -36,14 +38,14 @@ def test_batched_equals_one_by_one(ours, name, call):
 
 def test_qa_batched_equals_one_by_one(ours):
     items = [{"question": "where?", "context": c} for c in MIXED]
-    batched = ours("qa")(items, top_k=2, batch_size=3)
-    assert_same(batched, [ours("qa")(it, top_k=2) for it in items])
+    batched = ours(QA)(items, top_k=2, batch_size=3)
+    assert_same(batched, [ours(QA)(it, top_k=2) for it in items])
 
 
 def test_micro_batches_pad_right_to_the_longest_in_the_batch(ours):
-    from bertonnx.runtime.pipelines.base import micro_batches
+    from bertonnx.runtime.batches import micro_batches
 
-    pipe = ours("classify")
+    pipe = ours(CLS)
     encs = pipe.encode(MIXED)
     lens = [len(e.ids) for e in encs]
     seen = []
@@ -64,10 +66,10 @@ def test_micro_batches_pad_right_to_the_longest_in_the_batch(ours):
 def test_long_text_is_truncated_with_a_warning(ours, caplog):
     long = " ".join(["the cat sat on the mat"] * 40)
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
-        out = ours("classify")([long, "a dog"], top_k=None)
+        out = ours(CLS)([long, "a dog"], top_k=None)
     assert "truncated" in caplog.text
     assert len(out) == 2 and all(len(r) == 3 for r in out)
-    vec = ours("embed")(long)
+    vec = ours(EMB)(long)
     assert len(vec) == 32 and np.isfinite(vec).all()
     fm = ours("fill-mask")("[MASK] " + long)
     assert len(fm) == 5
@@ -80,8 +82,8 @@ def test_fill_mask_mask_truncated_away(ours):
 
 # ---------------------------------------------------------------- torch-free
 
-def test_every_pipeline_runs_with_torch_and_transformers_blocked(export_of):
-    folders = {n: str(export_of(n)[1]) for n in ("fill-mask", "classify", "qa", "ner", "embed")}
+def test_every_pipeline_runs_with_torch_and_transformers_blocked(tiny_export):
+    folders = {n: str(tiny_export(n)) for n in TASK_NAMES}
     code = f"""
 import sys, json
 sys.modules["torch"] = None           # any import of torch now raises ImportError
@@ -89,10 +91,11 @@ sys.modules["transformers"] = None
 from bertonnx.runtime import load
 f = json.loads({json.dumps(json.dumps(folders))})
 print(load(f["fill-mask"])("the cat [MASK] .")[0]["token_str"])
-print(load(f["classify"])("the cat", top_k=None)[0]["label"])
-print(load(f["qa"])(question="where?", context="the cat sat on the mat")["answer"])
-print(len(load(f["ner"])("the cat sat", aggregation_strategy="first", ignore_labels=[])))
-print(len(load(f["embed"])("the cat")))
+print(load(f["text-classification"])("the cat", top_k=None)[0]["label"])
+print(load(f["question-answering"])(question="where?", context="the cat sat on the mat")["answer"])
+ner = load(f["token-classification"])
+print(len(ner("the cat sat", aggregation_strategy="first", ignore_labels=[])))
+print(len(load(f["feature-extraction"])("the cat")))
 print(sorted(m for m, mod in sys.modules.items()
              if mod is not None and m.split(".")[0] in ("torch", "transformers", "onnx")))
 """
@@ -105,31 +108,31 @@ print(sorted(m for m, mod in sys.modules.items()
 
 # ---------------------------------------------------------------- errors
 
-def test_errors_are_typed(ours, export_of, tmp_path):
+def test_errors_are_typed(ours, tiny_export, tmp_path):
     with pytest.raises(InputError, match="no mask token"):
         ours("fill-mask")("no mask here")
     with pytest.raises(InputError, match="empty"):
-        ours("classify")("   ")
+        ours(CLS)("   ")
     with pytest.raises(InputError, match="empty"):
-        ours("embed")(["a", ""])
+        ours(EMB)(["a", ""])
     with pytest.raises(InputError, match="max_question_len"):
-        ours("qa")(question=" ".join(["what"] * 70), context="the cat")
+        ours(QA)(question=" ".join(["what"] * 70), context="the cat")
     with pytest.raises(InputError, match="no room"):
-        ours("qa")(question=" ".join(["what"] * 62), context="the cat", max_question_len=100)
+        ours(QA)(question=" ".join(["what"] * 62), context="the cat", max_question_len=100)
     with pytest.raises(InputError, match="max_seq_len"):
-        ours("qa")(question="what", context="the cat", max_seq_len=1000)
+        ours(QA)(question="what", context="the cat", max_seq_len=1000)
     with pytest.raises(InputError, match="doc_stride"):
-        ours("qa")(question="what", context="the cat", max_seq_len=16, doc_stride=12)
+        ours(QA)(question="what", context="the cat", max_seq_len=16, doc_stride=12)
     with pytest.raises(InputError, match="aggregation_strategy"):
-        ours("ner")("the cat", aggregation_strategy="longest")
+        ours(NER)("the cat", aggregation_strategy="longest")
     with pytest.raises(InputError, match="function_to_apply"):
-        ours("classify")("the cat", function_to_apply="relu")
+        ours(CLS)("the cat", function_to_apply="relu")
     with pytest.raises(ArtifactError, match="does not exist"):
         load(tmp_path / "nowhere")
     with pytest.raises(TaskMismatchError, match="fill-mask"):
-        load(export_of("fill-mask")[1], task="text-classification")
+        load(tiny_export("fill-mask"), task="text-classification")
     with pytest.raises(ConfigError, match="not available"):
-        load(export_of("classify")[1], providers="tensorrt")
+        load(tiny_export(CLS), providers="tensorrt")
 
 
 def _copy(src, dst):
@@ -137,8 +140,8 @@ def _copy(src, dst):
     return dst
 
 
-def test_damaged_exports(export_of, tmp_path):
-    src = export_of("classify")[1]
+def test_damaged_exports(tiny_export, tmp_path):
+    src = tiny_export(CLS)
     d = _copy(src, tmp_path / "flipped")
     data = bytearray((d / "model.onnx").read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -201,8 +204,8 @@ def test_session_feeds_only_declared_inputs(tmp_path):
         create_session(bad)
 
 
-def test_threads_and_providers_reach_the_session(export_of):
-    pipe = load(export_of("embed")[1], threads=1, providers="cpu")
+def test_threads_and_providers_reach_the_session(tiny_export):
+    pipe = load(tiny_export(EMB), threads=1, providers="cpu")
     assert pipe.session.config.threads == 1
     assert pipe.session.providers == ["CPUExecutionProvider"]
 
@@ -210,7 +213,7 @@ def test_threads_and_providers_reach_the_session(export_of):
 def test_micro_batches_respect_the_token_budget():
     from types import SimpleNamespace
 
-    from bertonnx.runtime.pipelines.base import micro_batches
+    from bertonnx.runtime.batches import micro_batches
 
     rng = np.random.default_rng(0)
     lengths = list(rng.integers(3, 512, size=300)) + [600, 3]

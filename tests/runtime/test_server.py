@@ -24,6 +24,8 @@ import pytest
 
 from bertonnx.runtime import load
 
+from tests.conftest import TASK_NAMES
+
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
          "feature-extraction")
 BATCHED_ATOL = 1e-5
@@ -71,8 +73,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def pipelines(exports):
-    return {task: load(d) for task, d in exports.items()}
+def pipelines(ours):
+    return {task: ours(task) for task in TASK_NAMES}
 
 
 # -- a server in a subprocess ----------------------------------------------------------------
@@ -182,11 +184,11 @@ def batch_stats(metrics: dict[str, float]) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_answers_equal_the_library(exports, pipelines, task):
+def test_answers_equal_the_library(tiny_export, pipelines, task):
     """One at a time: identical JSON. 16 concurrent clients: all 200, merged into batches,
     each answer equal to the library's for its own request."""
     pipe = pipelines[task]
-    with ServerProcess(exports[task], "--max-wait-ms", "200") as server:
+    with ServerProcess(tiny_export(task), "--max-wait-ms", "200") as server:
         health = httpx.get(server.url + "/health").json()
         assert health == {"status": "ok", "task": task}
         for inputs, params in CASES[task]:
@@ -216,13 +218,13 @@ def test_answers_equal_the_library(exports, pipelines, task):
         assert server.terminate() == 0, server.log
 
 
-def test_load_concurrent_vs_sequential(exports, pipelines):
+def test_load_concurrent_vs_sequential(tiny_export, pipelines):
     """Bounded loopback load: 2 × 80 requests one at a time, 2 × 80 from 16 concurrent clients.
 
     Asserts correctness and batches > 1; the throughput and latency figures are printed
     (pytest -s), never asserted.
     """
-    figures = load_test(exports["text-classification"], pipelines["text-classification"],
+    figures = load_test(tiny_export("text-classification"), pipelines["text-classification"],
                         n=80, clients=16)
     print("\nserve load test (tiny text-classification):", json.dumps(figures, indent=1))
     assert figures["max_batch"] > 1
@@ -360,8 +362,8 @@ MALFORMED = [
 ]
 
 
-def test_malformed_requests_get_4xx_json(exports):
-    with ServerProcess(exports["text-classification"], "--max-body-bytes", "2048") as server:
+def test_malformed_requests_get_4xx_json(tiny_export):
+    with ServerProcess(tiny_export("text-classification"), "--max-body-bytes", "2048") as server:
         for body, status, message in MALFORMED:
             r = httpx.post(server.url + "/predict", content=body, timeout=30,
                            headers={"content-type": "application/json"})
@@ -385,7 +387,7 @@ def test_malformed_requests_get_4xx_json(exports):
         assert server.terminate() == 0
 
 
-def test_sigterm_drains_in_flight_requests(exports, pipelines):
+def test_sigterm_drains_in_flight_requests(tiny_export, pipelines):
     """SIGTERM while 8 requests wait in the batcher and a 9th is still uploading its body:
     all 9 are answered, then the server exits 0 and stops listening.
 
@@ -397,7 +399,7 @@ def test_sigterm_drains_in_flight_requests(exports, pipelines):
     pipe = pipelines["fill-mask"]
     texts = [f"the [MASK] sat on the {w} ." for w in ("mat", "house", "river", "city", "dog",
                                                       "film", "game", "team", "water")]
-    with ServerProcess(exports["fill-mask"], "--max-wait-ms", "3000") as server:
+    with ServerProcess(tiny_export("fill-mask"), "--max-wait-ms", "3000") as server:
         slow = socket.create_connection((server.host, server.port))
         body = json.dumps({"inputs": texts[8]}).encode()
         slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -441,13 +443,13 @@ def test_sigterm_drains_in_flight_requests(exports, pipelines):
             httpx.get(server.url + "/health", timeout=5)
 
 
-def test_binds_loopback_by_default(exports):
-    with ServerProcess(exports["feature-extraction"]) as server:
+def test_binds_loopback_by_default(tiny_export):
+    with ServerProcess(tiny_export("feature-extraction")) as server:
         assert server.host == "127.0.0.1"
         assert server.terminate() == 0
 
 
-def test_cli_errors_are_one_line(tmp_path, exports):
+def test_cli_errors_are_one_line(tmp_path, tiny_export):
     def run(*args):
         p = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "serve", *args],
                            capture_output=True, text=True, timeout=60)
@@ -455,9 +457,9 @@ def test_cli_errors_are_one_line(tmp_path, exports):
 
     code, err = run(str(tmp_path / "missing"))
     assert code != 0 and err.count("\n") == 1 and "does not exist" in err, err
-    with ServerProcess(exports["fill-mask"]) as server:
-        code, err = run(str(exports["fill-mask"]), "--port", str(server.port))
+    with ServerProcess(tiny_export("fill-mask")) as server:
+        code, err = run(str(tiny_export("fill-mask")), "--port", str(server.port))
         assert code != 0 and err.count("\n") == 1 and "cannot listen" in err, err
         assert server.terminate() == 0
-    code, err = run(str(exports["fill-mask"]), "--max-batch-size", "0")
+    code, err = run(str(tiny_export("fill-mask")), "--max-batch-size", "0")
     assert code != 0 and "Traceback" not in err

@@ -85,14 +85,14 @@ def triton_rules(pb2, cfg) -> list[str]:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_repository_files_and_config_fields(exports, pb2, tmp_path, task):
+def test_repository_files_and_config_fields(tiny_export, pb2, tmp_path, task):
     repo = tmp_path / "repo"
-    target = write_repository(exports[task], repo, TritonOptions(
+    target = write_repository(tiny_export(task), repo, TritonOptions(
         name=f"bert-{task}", max_batch_size=16, instances=2, max_wait_ms=2.5))
     assert target == repo / f"bert-{task}"
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == \
         ["1", f"1/{MODEL_NAME}", "config.pbtxt"]
-    assert filecmp.cmp(target / "1" / MODEL_NAME, exports[task] / MODEL_NAME, shallow=False)
+    assert filecmp.cmp(target / "1" / MODEL_NAME, tiny_export(task) / MODEL_NAME, shallow=False)
     assert not [p for p in repo.iterdir() if p.name.startswith(".")], "temp folder left behind"
 
     cfg = parse_config(pb2, (target / "config.pbtxt").read_text())
@@ -109,7 +109,7 @@ def test_repository_files_and_config_fields(exports, pb2, tmp_path, task):
     for i in cfg.input:
         assert i.data_type == pb2.TYPE_INT64 and list(i.dims) == [-1]
     expected_dims = {
-        "fill-mask": {"logits": [-1, _vocab_size(exports[task])]},
+        "fill-mask": {"logits": [-1, _vocab_size(tiny_export(task))]},
         "text-classification": {"logits": [LABELS]},
         "token-classification": {"logits": [-1, NER_LABELS]},
         "question-answering": {"start_logits": [-1], "end_logits": [-1]},
@@ -125,9 +125,9 @@ def _vocab_size(export: Path) -> int:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_config_dims_match_what_the_model_returns(exports, pb2, tmp_path, task):
+def test_config_dims_match_what_the_model_returns(tiny_export, pb2, tmp_path, task):
     """Run the repository's model.onnx at batch 3 × sequence 7: every output is [3, *dims]."""
-    target = write_repository(exports[task], tmp_path / "repo")
+    target = write_repository(tiny_export(task), tmp_path / "repo")
     cfg = parse_config(pb2, (target / "config.pbtxt").read_text())
     session = ort.InferenceSession(str(target / "1" / MODEL_NAME))
     B, T = 3, 7
@@ -141,11 +141,11 @@ def test_config_dims_match_what_the_model_returns(exports, pb2, tmp_path, task):
         assert list(value.shape) == want, o.name
 
 
-def test_schema_check_can_fail(exports, pb2, tmp_path):
+def test_schema_check_can_fail(tiny_export, pb2, tmp_path):
     """The parse rejects what Triton would: an unknown field, an unknown type enum."""
     from google.protobuf import text_format
 
-    text = (write_repository(exports["text-classification"], tmp_path / "r") / "config.pbtxt"
+    text = (write_repository(tiny_export("text-classification"), tmp_path / "r") / "config.pbtxt"
             ).read_text()
     with pytest.raises(text_format.ParseError):
         parse_config(pb2, text.replace("TYPE_INT64", "TYPE_INT65", 1))
@@ -155,12 +155,12 @@ def test_schema_check_can_fail(exports, pb2, tmp_path):
     assert triton_rules(pb2, broken) == ["input_ids: dims [0]"]
 
 
-def test_existing_target_needs_force(exports, tmp_path):
+def test_existing_target_needs_force(tiny_export, tmp_path):
     repo = tmp_path / "repo"
-    write_repository(exports["fill-mask"], repo, TritonOptions(name="m", max_batch_size=8))
+    write_repository(tiny_export("fill-mask"), repo, TritonOptions(name="m", max_batch_size=8))
     with pytest.raises(InputError, match="already exists"):
-        write_repository(exports["fill-mask"], repo, TritonOptions(name="m"))
-    write_repository(exports["question-answering"], repo, TritonOptions(name="m", force=True))
+        write_repository(tiny_export("fill-mask"), repo, TritonOptions(name="m"))
+    write_repository(tiny_export("question-answering"), repo, TritonOptions(name="m", force=True))
     assert "start_logits" in (repo / "m" / "config.pbtxt").read_text()
     assert sorted(p.name for p in repo.iterdir()) == ["m"]
 
@@ -170,9 +170,9 @@ def test_existing_target_needs_force(exports, tmp_path):
     (TritonOptions(max_batch_size=0), "max batch size"),
     (TritonOptions(instances=0), "instances"),
 ])
-def test_bad_options_are_input_errors(exports, tmp_path, opts, message):
+def test_bad_options_are_input_errors(tiny_export, tmp_path, opts, message):
     with pytest.raises(InputError, match=message):
-        write_repository(exports["fill-mask"], tmp_path / "repo", opts)
+        write_repository(tiny_export("fill-mask"), tmp_path / "repo", opts)
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
 
 
@@ -181,10 +181,10 @@ def test_not_an_export(tmp_path):
         write_repository(tmp_path / "nope", tmp_path / "repo")
 
 
-def test_cli(exports, tmp_path):
+def test_cli(tiny_export, tmp_path):
     runner = CliRunner()
     repo = tmp_path / "repo"
-    res = runner.invoke(cli, ["export-triton", str(exports["token-classification"]),
+    res = runner.invoke(cli, ["export-triton", str(tiny_export("token-classification")),
                               "--repository", str(repo), "--name", "ner", "--max-batch-size",
                               "4", "--instances", "3", "--kind", "gpu"])
     assert res.exit_code == 0, res.output
@@ -208,7 +208,7 @@ def _readme_client_block() -> str:
     return after.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_readme_client_example_runs_and_matches_the_pipeline(exports, tmp_path, monkeypatch,
+def test_readme_client_example_runs_and_matches_the_pipeline(tiny_export, tmp_path, monkeypatch,
                                                              capsys):
     """Run the README's Triton client code with tritonclient.http swapped for onnxruntime on
     the repository's model.onnx: its printed answer equals the pipeline's."""
@@ -219,7 +219,7 @@ def test_readme_client_example_runs_and_matches_the_pipeline(exports, tmp_path, 
 
     from bertonnx.runtime import load
 
-    export = exports["text-classification"]
+    export = tiny_export("text-classification")
     repo = tmp_path / "models"
     write_repository(export, repo, TritonOptions(name="sentiment"))
 
