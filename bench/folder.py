@@ -18,18 +18,19 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     """Benchmark one export folder (and, with `reference`, its torch model and a transformers
     pipeline on the same checkpoint)."""
     from bertonnx.runtime.defaults import resolve_checkpoint, resolve_export
-    from bertonnx.runtime.manifest import Manifest
+    from bertonnx.runtime.foreign import read_manifest
 
     folder = resolve_export(folder)  # `default`: the shipped export; as a reference, MiniLM
     reference = None if reference is None else resolve_checkpoint(reference)
-    manifest = Manifest.read(folder)
+    manifest = read_manifest(folder)
     task = manifest.task
     threads = options.n_threads
     source = read_lines(texts_file) if texts_file else None
     inputs = task_inputs(task, text_set(options.texts, source))
 
     mode = manifest.quantization.get("mode", "none")
-    ours = f"bertonnx {'fp32' if mode == 'none' else mode}{' fused' if manifest.optimized else ''}"
+    ours = (f"bertonnx {'fp32' if mode == 'none' else mode}{' fused' if manifest.optimized else ''}"
+            if mode != "unknown" else f"bertonnx runtime, graph {manifest.exporter}")
     engines = [onnx_engine(ours, folder, threads)]
     text = text_set(1, source)[0][:200]
     cold = {"bertonnx CLI": cli_argv(folder, task, text)}

@@ -41,6 +41,30 @@ class TaskContract:
     def output_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.outputs)
 
+    def output_problems(self, shapes: dict[str, list], config: dict) -> list[str]:
+        """What is wrong with a graph's outputs (`shapes`: name -> declared shape) for this
+        task: a missing output, the wrong rank (a fill-mask graph's (B, T, V) logits read as a
+        classifier's (B, L)), or a fixed axis config.json sizes otherwise."""
+        problems = []
+        for name, axes in self.outputs:
+            if name not in shapes:
+                problems.append(f"no output {name}")
+                continue
+            rank = max([*axes, *(self.fixed_axis[:1] if self.fixed_axis else ())]) + 1
+            shape = shapes[name]
+            if len(shape) != rank:
+                problems.append(f"{name} has {len(shape)} axes, not {rank}")
+            elif self.fixed_axis is not None:
+                axis, field = self.fixed_axis
+                want = config.get(field)
+                if field == "num_labels" and want is None and isinstance(config.get("id2label"),
+                                                                         dict):
+                    want = len(config["id2label"])
+                if isinstance(shape[axis], int) and isinstance(want, int) and shape[axis] != want:
+                    problems.append(f"{name} axis {axis} is {shape[axis]}, config.json's "
+                                    f"{field} {want}")
+        return problems
+
 
 TASKS = MappingProxyType({c.task: c for c in (
     TaskContract("fill-mask", (("logits", _BS),), "BertForMaskedLM", "fill-mask",
@@ -62,6 +86,29 @@ OUTPUTS = MappingProxyType({t: c.outputs for t, c in TASKS.items()})
 EXPORT_TASKS = tuple(TASKS)
 # transformers' other names for the same tasks
 TASK_ALIASES = MappingProxyType({a: c.task for c in TASKS.values() for a in c.aliases})
+
+
+# transformers class-name endings -> task, for every family (BertForMaskedLM, RobertaModel,
+# DistilBertForSequenceClassification, ...); BertForPreTraining holds the MLM head, a causal LM
+# head ends in "Model" too and is none of the tasks.
+_ARCHITECTURE_ENDINGS = (("ForMaskedLM", "fill-mask"), ("ForSequenceClassification",
+                         "text-classification"), ("ForTokenClassification", "token-classification"),
+                         ("ForQuestionAnswering", "question-answering"),
+                         ("Model", "feature-extraction"))
+_ARCHITECTURE_EXCEPTIONS = MappingProxyType({"BertForPreTraining": "fill-mask",
+                                             "BertLMHeadModel": None})
+
+
+def task_of_architectures(architectures) -> str | None:
+    """The one task config.json's `architectures` names, or None (none, several, unknown)."""
+    tasks = set()
+    for a in architectures if isinstance(architectures, list) else []:
+        a = str(a)
+        task = _ARCHITECTURE_EXCEPTIONS[a] if a in _ARCHITECTURE_EXCEPTIONS else next(
+            (t for end, t in _ARCHITECTURE_ENDINGS if a.endswith(end)), None)
+        if task is not None:
+            tasks.add(task)
+    return tasks.pop() if len(tasks) == 1 else None
 
 
 def task_contract(task: str) -> TaskContract:

@@ -70,7 +70,9 @@ class Manifest:
         path = folder / MANIFEST_NAME
         if not path.is_file():
             raise ArtifactError(f"{folder} has no {MANIFEST_NAME}: not a bertonnx export "
-                                "(or an interrupted one)", "export it again with `bertonnx export`")
+                                "(or an interrupted one), nor an ONNX folder made elsewhere "
+                                "(model.onnx or onnx/model.onnx)",
+                                "export it again with `bertonnx export`")
         data = read_json_object(path, "export the model again", what="a manifest object")
         version = data.get("version")
         if not isinstance(version, int) or isinstance(version, bool):

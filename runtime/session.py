@@ -75,6 +75,8 @@ class Session:
         self.config = config
         self.input_names = tuple(i.name for i in inner.get_inputs())
         self.output_names = tuple(o.name for o in inner.get_outputs())
+        # name -> shape as the graph declares it (ints where fixed, names or None where dynamic)
+        self.output_shapes = {o.name: list(o.shape) for o in inner.get_outputs()}
 
     @property
     def providers(self) -> list[str]:

@@ -209,3 +209,47 @@ def minilm_dir() -> Path:
         return default_model_dir()
     except ArtifactError as e:
         pytest.skip(str(e))
+
+
+def make_foreign_export(checkpoint: Path, out: Path, task: str, *, layout: str = "Optimum",
+                        inputs: tuple[str, ...] = ("input_ids", "attention_mask",
+                                                   "token_type_ids")) -> Path:
+    """A folder as another tool writes it: transformers' own model traced by torch.onnx.export
+    (what Optimum does, not bertonnx's exporter), with config.json and the tokenizer files;
+    `layout` "Optimum" puts the graph at model.onnx, "transformers.js" at onnx/model.onnx."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from bertonnx.build import TASKS
+    from bertonnx.runtime.contract import output_names
+
+    model = getattr(transformers, TASKS[task].hf_class).from_pretrained(
+        checkpoint, attn_implementation="eager").eval()
+    graph = out / ("onnx/model.onnx" if layout == "transformers.js" else "model.onnx")
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    example = {n: torch.ones(2, 7, dtype=torch.long) for n in inputs}
+    if "token_type_ids" in example:
+        example["token_type_ids"] = torch.zeros(2, 7, dtype=torch.long)
+
+    class Named(torch.nn.Module):  # keyword inputs in `inputs`' order, outputs as a tuple
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, *args):
+            got = self.inner(**dict(zip(inputs, args)), return_dict=True)
+            return tuple(got[n] for n in output_names(task))
+
+    axes = {n: {0: "batch_size", 1: "sequence_length"} for n in inputs}
+    axes.update({n: {0: "batch_size"} if task == "text-classification" else
+                 {0: "batch_size", 1: "sequence_length"} for n in output_names(task)})
+    with torch.no_grad():
+        torch.onnx.export(Named(), tuple(example.values()), str(graph), input_names=list(inputs),
+                          output_names=list(output_names(task)), dynamic_axes=axes,
+                          opset_version=17, dynamo=False)
+    for f in checkpoint.iterdir():
+        if f.name.endswith((".json", ".txt")):
+            shutil.copy(f, out / f.name)
+    return out

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..contract import TASK_ALIASES, TASKS, pipeline_class
 from ..defaults import resolve_export
 from ..errors import ConfigError, TaskMismatchError
-from ..manifest import Manifest
+from ..foreign import check_inputs, warn_unverified
 from ..session import create_session
 from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline, Windows
 from .feature_extraction import FeatureExtractionPipeline
@@ -36,7 +36,9 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
          threads: int | None = None, optimization: str = "all",
          batch_size: int = DEFAULT_BATCH_SIZE) -> Pipeline:
     """The pipeline for the export at `path` (or `"default"`: the shipped export of `task`,
-    bertonnx.runtime.defaults): manifest read and sha256-verified, one session.
+    bertonnx.runtime.defaults): manifest read and sha256-verified, one session. A folder made
+    by Optimum or for transformers.js (runtime/foreign.py) is served as it is, with a warning
+    that no parity report vouches for it; its task is config.json's `architectures` or `task`.
 
     `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers`
     ("cpu", "cuda", "tensorrt" or onnxruntime names, a list or comma-separated) default to CPU.
@@ -46,12 +48,15 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
         if task not in PIPELINES:
             raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(PIPELINES)}")
     path = resolve_export(path, task)
-    manifest = Manifest.read(path)
+    folder = ExportFolder.read(path, task=task)
+    manifest = folder.manifest
     if task is not None and task != manifest.task:
         raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
                                 f"export the model with --task {task}, or use the "
                                 f"{manifest.task} command")
-    folder = ExportFolder.read(path, manifest)
     session = create_session(folder.model_path, providers=providers, threads=threads,
                              optimization=optimization)
+    if folder.foreign is not None:
+        check_inputs(folder.foreign, session.inner.get_inputs())
+        warn_unverified(folder.foreign)
     return PIPELINES[manifest.task](folder, session, batch_size=batch_size)

@@ -24,9 +24,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
-from ..contract import MODEL_NAME, output_names
+from ..contract import MODEL_NAME, TASKS, output_names
 from ..errors import ArtifactError
 from ..files import read_json_object
+from ..foreign import ForeignFolder, read_foreign
 from ..manifest import Manifest
 from ..postprocess import clean_up_tokenization
 from ..session import Session
@@ -40,24 +41,35 @@ DEFAULT_BATCH_SIZE = 32
 
 @dataclass
 class ExportFolder:
-    """An export folder read and checked: manifest (sha256 verified), config.json, tokenizer."""
+    """An export folder read and checked: manifest (sha256 verified), config.json, tokenizer;
+    or a folder made elsewhere (runtime/foreign.py), which has no manifest to check."""
 
     path: Path
     manifest: Manifest
     config: dict
     tokenizer: WordPieceTokenizer
     tokenizer_config: dict
+    model_file: str = MODEL_NAME
+    foreign: ForeignFolder | None = None
 
     @classmethod
-    def read(cls, path: str | Path, manifest: Manifest | None = None) -> "ExportFolder":
+    def read(cls, path: str | Path, manifest: Manifest | None = None, *,
+             task: str | None = None) -> "ExportFolder":
+        """`task` names the task of a folder made elsewhere when its config.json does not."""
         path = Path(path)
-        manifest = manifest or Manifest.read(path)
+        foreign = read_foreign(path, task) if manifest is None else None
+        if foreign is not None:
+            manifest, config = foreign.manifest, foreign.config
+        else:
+            manifest = manifest or Manifest.read(path)
+            config = _read_json(path / "config.json")
         tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
-        return cls(path, manifest, _read_json(path / "config.json"), tokenizer, tokenizer.config)
+        return cls(path, manifest, config, tokenizer, tokenizer.config,
+                   foreign.model_file if foreign else MODEL_NAME, foreign)
 
     @property
     def model_path(self) -> Path:
-        return self.path / MODEL_NAME
+        return self.path / self.model_file
 
     @property
     def max_length(self) -> int:
@@ -121,10 +133,10 @@ class Pipeline:
         self.tokenizer = folder.tokenizer
         self.batch_size = batch_size
         self.outputs = output_names(self.task)
-        missing = [n for n in self.outputs if n not in session.output_names]
-        if missing:
-            raise ArtifactError(f"{folder.model_path} lacks the {self.task} outputs {missing}",
-                                "export the model again for this task")
+        problems = TASKS[self.task].output_problems(session.output_shapes, folder.config)
+        if problems:
+            raise ArtifactError(f"{folder.model_path} does not fit {self.task}: "
+                                f"{'; '.join(problems)}", "export the model again for this task")
         self._backends: dict[tuple, Tokenizer] = {}
         self._lock = threading.Lock()
         self._cleanup = bool(folder.tokenizer_config.get("clean_up_tokenization_spaces", True))

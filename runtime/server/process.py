@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..defaults import resolve_export
 from ..errors import ArtifactError, InputError
-from ..manifest import Manifest
+from ..foreign import read_manifest
 from .app import create_app
 from .settings import ServeOptions
 
@@ -42,7 +42,7 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     import uvicorn
 
     model_dir = resolve_export(model_dir)  # `default`: the shipped export (runtime/defaults.py)
-    manifest = Manifest.read(model_dir, verify=False)  # a wrong folder fails here, in one line
+    manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
     if options.max_body_bytes < 1:
         raise InputError(f"max body bytes must be ≥ 1, got {options.max_body_bytes}",
                          "pass --max-body-bytes 1 or more")

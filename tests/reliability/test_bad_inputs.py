@@ -81,7 +81,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "manifest-files-list": _edit_manifest(lambda m: m.__setitem__("files", [MODEL_NAME])),
     "manifest-files-empty": _edit_manifest(lambda m: m.__setitem__("files", {})),
     "manifest-opset-str": _edit_manifest(lambda m: m.__setitem__("opset", "17")),
-    "manifest-deleted": lambda d: (d / MANIFEST_NAME).unlink(),
+    "manifest-deleted": lambda d: [(d / n).unlink() for n in (MANIFEST_NAME, "config.json")],
     "vocab-latin1": lambda d: ((d / "tokenizer.json").unlink(),
                                (d / "vocab.txt").write_bytes("caf\xe9\n".encode("latin-1")),
                                _rehash(d)),
@@ -159,8 +159,9 @@ CASES = [
     _art(r"wrong type: files", "manifest-files-list"),
     _art(r"does not list model\.onnx", "manifest-files-empty"),
     _art(r"wrong type: opset", "manifest-opset-str"),
-    _art(r"has no bertonnx\.json: not a bertonnx export \(or an interrupted one\)",
-         "manifest-deleted"),
+    # the manifest and config.json deleted: model.onnx alone is no export, not even a folder
+    # made elsewhere (runtime/foreign.py; one with config.json is served with a warning)
+    _art(r"holds model\.onnx \(Optimum layout\) but no config\.json", "manifest-deleted"),
     _art(r"vocab\.txt is not UTF-8", "vocab-latin1"),
     _art(r"no tokenizer\.json or vocab\.txt", "no-tokenizer"),
     _art(r"tokenizer\.json cannot be read", "tokenizer-json-bad"),
