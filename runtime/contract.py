@@ -29,7 +29,7 @@ class TaskContract:
 
     task: str                    # also transformers' pipeline task name
     outputs: tuple               # ((graph output name, dynamic axes), ...) in the model's order
-    hf_class: str                # transformers class whose checkpoints the task reads and writes
+    hf_suffix: str               # transformers class of the task, less the family's prefix
     cli_name: str                # the `bertonnx` inference command
     pipeline: str                # "module:Class" under bertonnx.runtime.pipelines
     aliases: tuple[str, ...] = ()  # transformers' other names for the task
@@ -41,22 +41,51 @@ class TaskContract:
     def output_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.outputs)
 
+    @property
+    def hf_class(self) -> str:
+        """BERT's transformers class for the task (any family's: `hf_class(task, model_type)`)."""
+        return HF_CLASS_PREFIXES["bert"] + self.hf_suffix
+
 
 TASKS = MappingProxyType({c.task: c for c in (
-    TaskContract("fill-mask", (("logits", _BS),), "BertForMaskedLM", "fill-mask",
+    TaskContract("fill-mask", (("logits", _BS),), "ForMaskedLM", "fill-mask",
                  "fill_mask:FillMaskPipeline", fixed_axis=(2, "vocab_size")),
-    TaskContract("text-classification", (("logits", _B),), "BertForSequenceClassification",
+    TaskContract("text-classification", (("logits", _B),), "ForSequenceClassification",
                  "classify", "text_classification:TextClassificationPipeline",
                  aliases=("sentiment-analysis",), fixed_axis=(1, "num_labels")),
-    TaskContract("token-classification", (("logits", _BS),), "BertForTokenClassification",
+    TaskContract("token-classification", (("logits", _BS),), "ForTokenClassification",
                  "tokens", "token_classification:TokenClassificationPipeline",
                  aliases=("ner",), fixed_axis=(2, "num_labels")),
     TaskContract("question-answering", (("start_logits", _BS), ("end_logits", _BS)),
-                 "BertForQuestionAnswering", "qa",
+                 "ForQuestionAnswering", "qa",
                  "question_answering:QuestionAnsweringPipeline"),
-    TaskContract("feature-extraction", (("last_hidden_state", _BS),), "BertModel", "embed",
+    TaskContract("feature-extraction", (("last_hidden_state", _BS),), "Model", "embed",
                  "feature_extraction:FeatureExtractionPipeline", fixed_axis=(2, "hidden_size")),
 )})
+# model_type -> the prefix of its transformers class names: the families bertonnx loads
+# (build/families.py holds their shapes). Torch-free, so a folder's task can be told from its
+# config.json `architectures` without the build package.
+HF_CLASS_PREFIXES = MappingProxyType({
+    "bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
+    "distilbert": "DistilBert", "electra": "Electra", "albert": "Albert"})
+# Pretraining classes whose checkpoints serve a task: the MLM half of BERT's and ALBERT's (NSP /
+# sentence order heads dropped), and ELECTRA's discriminator, whose replaced-token head is no
+# bertonnx task but whose encoder is what feature extraction serves.
+PRETRAINING_ARCHITECTURES = MappingProxyType({
+    "BertForPreTraining": "fill-mask", "AlbertForPreTraining": "fill-mask",
+    "ElectraForPreTraining": "feature-extraction"})
+
+
+def hf_class(task: str, model_type: str = "bert") -> str:
+    """The transformers class of `task` in a family, e.g. ("fill-mask", "roberta") ->
+    RobertaForMaskedLM."""
+    return HF_CLASS_PREFIXES[model_type] + TASKS[task].hf_suffix
+
+
+# transformers class name -> the task its checkpoints serve, for every family
+ARCHITECTURE_TASKS = MappingProxyType({
+    **{hf_class(t, m): t for t in TASKS for m in HF_CLASS_PREFIXES}, **PRETRAINING_ARCHITECTURES})
+
 # task -> ((output name, dynamic axes), ...), in the order the torch model returns them.
 OUTPUTS = MappingProxyType({t: c.outputs for t, c in TASKS.items()})
 EXPORT_TASKS = tuple(TASKS)
