@@ -178,7 +178,7 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
     Head weights the checkpoint lacks are initialised and reported in a warning; any other
     missing key, any key the table does not know and any shape mismatch is an error naming them.
     """
-    spec = task_spec(task)
+    task_spec(task)  # an unknown task is refused before any file is read
     folder = resolve(path_or_hub_id)
     config = BertConfig.from_hf(folder)
     if id2label is not None:

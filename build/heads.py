@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertonnx.runtime.contract import TASKS as CONTRACTS
 from bertonnx.runtime.contract import HF_CLASS_PREFIXES
+from bertonnx.runtime.contract import TASKS as CONTRACTS
 from bertonnx.runtime.errors import ConfigError
 
 from .config import BertConfig
