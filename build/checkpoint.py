@@ -1,11 +1,13 @@
 """Hugging Face checkpoint folders: `load_checkpoint` / `load_pretrained` in, `save_pretrained` out.
 
 Reads model.safetensors, sharded safetensors (with index), pytorch_model.bin (weights_only) from a
-local folder or a hub id and converts keys with the table in keys.py. `load_checkpoint` returns
-the model with what loading learnt about the folder (a `LoadedCheckpoint`); `load_pretrained`
-(the public API) just the model. Writing — config.json + model.safetensors that
-`transformers.BertFor<Task>.from_pretrained` loads with no missing or unexpected keys — is in
-save.py, which heads.py's `Bert.save_pretrained` calls without importing this module.
+local folder or a hub id and converts keys with the family's table in keys.py (BERT, RoBERTa,
+XLM-R, CamemBERT, DistilBERT, ELECTRA, ALBERT: config.json's model_type picks it).
+`load_checkpoint` returns the model with what loading learnt about the folder (a
+`LoadedCheckpoint`); `load_pretrained` (the public API) just the model. Writing — config.json +
+model.safetensors that `transformers.<Family>For<Task>.from_pretrained` loads with no missing or
+unexpected keys — is in save.py, which heads.py's `Bert.save_pretrained` calls without importing
+this module.
 """
 from __future__ import annotations
 
@@ -19,12 +21,12 @@ from pathlib import Path
 import torch
 
 from bertonnx.runtime import defaults
+from bertonnx.runtime.contract import ARCHITECTURE_TASKS
 from bertonnx.runtime.errors import ArtifactError, ConfigError
 from bertonnx.runtime.files import read_json_object
 
-from .config import BertConfig
-from .heads import TASKS, Bert, task_spec
-from .keys import hf_to_ours, ours_to_hf
+from .config import BertConfig, family_of
+from .heads import Bert, task_spec
 from .save import TOKENIZER_FILES, hf_state_dict, save_pretrained, write_config
 
 __all__ = ["LoadedCheckpoint", "load_checkpoint", "load_pretrained", "save_pretrained",
@@ -68,19 +70,19 @@ def resolve(path_or_hub_id: str | Path) -> Path:
             f"({type(e).__name__})", "check the path, or the hub id and your network") from e
 
 
-# transformers class -> our task, from the task table (plus BertForPreTraining, whose MLM
-# part is what a fill-mask export serves)
-ARCHITECTURE_TASKS = {**{spec.hf_class: task for task, spec in TASKS.items()
-                         if task != "pretraining"}, "BertForPreTraining": "fill-mask"}
-
-
 def infer_task(path_or_hub_id: str | Path) -> str:
-    """The task config.json's `architectures` names (e.g. BertForMaskedLM -> fill-mask)."""
+    """The task config.json's `architectures` names (e.g. RobertaForMaskedLM -> fill-mask; the
+    table is the runtime contract's ARCHITECTURE_TASKS, every family's classes)."""
     folder = resolve(path_or_hub_id)
     config = folder / "config.json"
     if not config.is_file():
         raise ArtifactError(f"no config.json in {folder}", "point at a Hugging Face model folder")
-    arches = read_json_object(config, "restore the file").get("architectures") or []
+    hf = read_json_object(config, "restore the file")
+    try:  # an unsupported family is the problem to name, not its class names
+        family_of(hf.get("model_type", "bert"))
+    except ConfigError as e:
+        raise ConfigError(f"{config}: {e.problem}", e.fix) from e
+    arches = hf.get("architectures") or []
     tasks = {ARCHITECTURE_TASKS[a] for a in arches if a in ARCHITECTURE_TASKS}
     if len(tasks) != 1:
         said = f"says {', '.join(arches)}" if arches else "names no architectures"
@@ -139,10 +141,11 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 def convert_state_dict(hf_state: dict[str, torch.Tensor], model: Bert) -> tuple[dict, list, list]:
     """HF names -> ours. Returns (ours, unused-by-this-task HF keys, unknown HF keys)."""
     wanted = model.state_dict()
+    keys = model.config.family.keys
     ours, unused, unknown = {}, [], []
     for key, tensor in hf_state.items():
         try:
-            name = hf_to_ours(key)
+            name = keys.to_ours(key)
         except KeyError:
             unknown.append(key)
             continue
@@ -170,12 +173,12 @@ class LoadedCheckpoint:
 
 def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
                     id2label: dict | None = None) -> LoadedCheckpoint:
-    """A HF BERT checkpoint as our model for `task`, in eval mode, with its source folder.
+    """A HF BERT-family checkpoint as our model for `task`, in eval mode, with its source folder.
 
     Head weights the checkpoint lacks are initialised and reported in a warning; any other
     missing key, any key the table does not know and any shape mismatch is an error naming them.
     """
-    spec = task_spec(task)
+    task_spec(task)  # an unknown task is refused before any file is read
     folder = resolve(path_or_hub_id)
     config = BertConfig.from_hf(folder)
     if id2label is not None:
@@ -188,11 +191,15 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
         torch.manual_seed(0)
         model = Bert(config, task)
     ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
+    family = config.family
+    ours_to_hf = family.keys.to_hf
     if unknown:
         raise ArtifactError(
-            f"{folder} has weights that are not BERT's: {', '.join(sorted(unknown)[:8])}"
+            f"{folder} has weights that are not {family.name}'s: "
+            f"{', '.join(sorted(unknown)[:8])}"
             + (f" (+{len(unknown) - 8} more)" if len(unknown) > 8 else ""),
-            "load a BERT checkpoint (BertModel or BertFor<Task>)")
+            f"load a {family.name} checkpoint ({family.class_prefix}Model or "
+            f"{family.class_prefix}For<Task>), or fix model_type in config.json")
     wanted = model.state_dict()
     reinit = []
     for name, tensor in list(ours.items()):
@@ -219,7 +226,7 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
         log.warning("%s: initialised head weights not in the checkpoint for task %s: %s",
                     folder, task, ", ".join(ours_to_hf(k) for k in missing))
     if unused:
-        log.info("%s: weights not used by %s: %s", folder, spec.hf_class, ", ".join(unused))
+        log.info("%s: weights not used by %s: %s", folder, model.hf_class, ", ".join(unused))
     return LoadedCheckpoint(model.eval(), folder, missing)
 
 

@@ -1,6 +1,9 @@
-"""`BertConfig`: the one description of a BERT's shape, read from and written to HF config.json.
+"""`BertConfig`: the one description of a BERT-family model's shape, read from and written to HF
+config.json.
 
-Reference: transformers' `BertConfig` (same field names, so `from_hf`/`to_hf` are near identity).
+Reference: transformers' `BertConfig` (same field names, so `from_hf`/`to_hf` are near identity
+for BERT); the other families (`model_type`) rename a few fields and fix others, as their row in
+families.py says.
 """
 from __future__ import annotations
 
@@ -12,12 +15,24 @@ from typing import Any
 from bertonnx.runtime.errors import ArtifactError, ConfigError
 from bertonnx.runtime.files import read_json_object
 
+from .families import FAMILIES, Family
+
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "swish")
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 
 
+def family_of(model_type: str) -> Family:
+    """The family row of a config.json model_type; ConfigError naming the supported ones."""
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise ConfigError(f"model_type {model_type!r} is not supported",
+                          f"bertonnx loads {', '.join(FAMILIES)} checkpoints") from None
+
+
 @dataclass(frozen=True)
 class BertConfig:
+    model_type: str = "bert"  # the family (families.py): which switches the encoder turns
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -31,6 +46,9 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    embedding_size: int | None = None  # ALBERT, ELECTRA: narrower embeddings, projected
+    num_hidden_groups: int = 1  # ALBERT: distinct layer groups shared across the depth
+    inner_group_num: int = 1    # ALBERT: layers in each group
     classifier_dropout: float | None = None
     problem_type: str | None = None
     # id2label keys are ints here; HF writes them as strings in JSON.
@@ -38,6 +56,20 @@ class BertConfig:
     head_dim: int = field(init=False)
 
     def __post_init__(self):
+        family = family_of(self.model_type)
+        for name, value in family.fixed.items():
+            if getattr(self, name) != value:
+                raise ConfigError(f"{name}={getattr(self, name)!r} does not fit model_type "
+                                  f"{self.model_type!r}",
+                                  f"{self.model_type} has {name}={value!r}")
+        if not 1 <= self.num_hidden_groups <= self.num_hidden_layers or self.inner_group_num < 1:
+            raise ConfigError(f"num_hidden_groups {self.num_hidden_groups} / inner_group_num "
+                              f"{self.inner_group_num} do not fit {self.num_hidden_layers} layers",
+                              "use 1 <= num_hidden_groups <= num_hidden_layers")
+        if self.max_tokens < 1:
+            raise ConfigError(f"max_position_embeddings {self.max_position_embeddings} leaves no "
+                              f"position after the offset {self.position_offset}",
+                              "raise max_position_embeddings")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
@@ -52,6 +84,45 @@ class BertConfig:
         if sorted(self.id2label) != list(range(len(self.id2label))):
             raise ConfigError("id2label ids must be 0..N-1", "renumber the labels")
         object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of the embedding tables (and of the MLM head's decoder)."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def embedding_projection(self) -> bool:
+        """Do the embeddings pass through a Linear(embedding_dim, hidden_size)?"""
+        mode = self.family.projection
+        narrower = self.embedding_dim != self.hidden_size
+        return mode == "always" or (mode == "if-narrower" and narrower)
+
+    @property
+    def layer_schedule(self) -> tuple[int, ...]:
+        """Which layer (ALBERT: layer group) runs at each depth: ALBERT's int(i / (N / G))."""
+        n, g = self.num_hidden_layers, self.num_hidden_groups
+        if not self.family.shared_layers:
+            return tuple(range(n))
+        return tuple(int(i / (n / g)) for i in range(n))
+
+    @property
+    def position_offset(self) -> int:
+        """RoBERTa numbers positions from pad_token_id + 1 (fairseq's make_positions)."""
+        return self.pad_token_id + 1 if self.family.positions_from_padding else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence the position table covers."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def classifier_dropout_p(self) -> float:
+        p = self.classifier_dropout
+        return self.hidden_dropout_prob if p is None else p
 
     @property
     def num_labels(self) -> int:
@@ -91,25 +162,29 @@ class BertConfig:
     @classmethod
     def _from_hf_dict(cls, source: dict) -> "BertConfig":
         model_type = source.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError(f"model_type {model_type!r} is not BERT",
-                              "bertonnx loads BERT checkpoints (model_type 'bert') only")
+        family = family_of(model_type)
         pos = source.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise ConfigError(f"position_embedding_type {pos!r} is not supported",
                               "only 'absolute' position embeddings are implemented")
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
-        kwargs = {k: v for k, v in source.items() if k in names}
+        names = {f.name for f in dataclasses.fields(cls) if f.init} - set(family.fixed)
+        read = {family.config_names.get(k, k): v for k, v in source.items()}
+        kwargs = {**family.defaults, **{k: v for k, v in read.items() if k in names},
+                  **family.fixed, "model_type": model_type}
         if "id2label" not in source and "num_labels" in source:
             kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(source["num_labels"]))}
         return cls(**kwargs)
 
     def to_hf(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        family = self.family
+        hf_name = {ours: hf for hf, ours in family.config_names.items()}
+        d = {hf_name.get(f.name, f.name): getattr(self, f.name)
+             for f in dataclasses.fields(self) if f.init and f.name not in family.fixed}
+        if "classifier_dropout" in hf_name:  # DistilBERT's and ALBERT's heads need a number
+            d[hf_name["classifier_dropout"]] = self.classifier_dropout_p
         d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         d["label2id"] = self.label2id
-        d["model_type"] = "bert"
-        d["position_embedding_type"] = "absolute"
+        d.update(family.hf_constants)
         return d
 
 

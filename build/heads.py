@@ -2,6 +2,8 @@
 
 Each head takes the encoder's (hidden (B, T, H), pooled (B, H) or None) and returns what
 the README's task table promises. Losses are pure functions in `losses.py`, not in forward.
+A family's own heads (families.py) are switches here too: the MLM head's width and activation,
+and which sequence classifier (`SEQUENCE_HEADS`) sits on the encoder.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertonnx.runtime.contract import HF_CLASS_PREFIXES
 from bertonnx.runtime.contract import TASKS as CONTRACTS
 from bertonnx.runtime.errors import ConfigError
 
@@ -21,13 +24,17 @@ from .save import save_pretrained
 
 
 class MLMHead(nn.Module):
-    """dense -> act -> LayerNorm -> decoder tied to the word embeddings, + bias."""
+    """dense -> act -> LayerNorm -> decoder tied to the word embeddings, + bias.
+
+    Every family's: BERT's cls.predictions, RoBERTa's lm_head, DistilBERT's vocab_*, ALBERT's
+    predictions and ELECTRA's generator head narrow to the embedding width E before decoding."""
 
     def __init__(self, c: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
-        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
-        self.act = activation(c.hidden_act)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        E = c.embedding_dim
+        self.dense = nn.Linear(c.hidden_size, E)
+        self.act = activation(c.family.mlm_act or c.hidden_act)
+        self.norm = nn.LayerNorm(E, eps=c.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
         self.vocab_size = c.vocab_size  # a Python int, so the exported graph's V axis is fixed
         # A tuple hides the embedding from module registration: the weight is owned (and
@@ -69,12 +76,11 @@ class PretrainingHead(nn.Module):
 
 
 def _dropout(c: BertConfig) -> nn.Dropout:
-    p = c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
-    return nn.Dropout(p)
+    return nn.Dropout(c.classifier_dropout_p)
 
 
 class ClassifierHead(nn.Module):
-    """Sequence classification on the pooled [CLS]: (B, L)."""
+    """Sequence classification on the pooled [CLS] (BERT, ALBERT): (B, L)."""
 
     def __init__(self, c: BertConfig, enc: Encoder):
         super().__init__()
@@ -83,6 +89,45 @@ class ClassifierHead(nn.Module):
 
     def forward(self, hidden, pooled):
         return self.classifier(self.dropout(pooled))
+
+
+class DenseClassifierHead(nn.Module):
+    """RoBERTa's (tanh) and ELECTRA's (GELU) classifier on the first token: dense -> act ->
+    out_proj, (B, L)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.dropout = _dropout(c)
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.act = activation(c.family.classifier_act)
+        self.out_proj = nn.Linear(c.hidden_size, c.num_labels)
+
+    def forward(self, hidden, pooled):
+        x = self.act(self.dense(self.dropout(hidden[:, 0])))  # (B, H) from <s>
+        return self.out_proj(self.dropout(x))
+
+
+class PreClassifierHead(nn.Module):
+    """DistilBERT's classifier on the first token: pre_classifier -> ReLU -> classifier, (B, L)."""
+
+    def __init__(self, c: BertConfig, enc: Encoder):
+        super().__init__()
+        self.pre_classifier = nn.Linear(c.hidden_size, c.hidden_size)
+        self.act = activation(c.family.classifier_act)
+        self.dropout = _dropout(c)
+        self.classifier = nn.Linear(c.hidden_size, c.num_labels)
+
+    def forward(self, hidden, pooled):
+        return self.classifier(self.dropout(self.act(self.pre_classifier(hidden[:, 0]))))
+
+
+SEQUENCE_HEADS = {"pooled": ClassifierHead, "dense": DenseClassifierHead,
+                  "pre_classifier": PreClassifierHead}
+
+
+def sequence_head(c: BertConfig, enc: Encoder) -> nn.Module:
+    """The family's own sequence-classification head (families.py `classifier`)."""
+    return SEQUENCE_HEADS[c.family.classifier](c, enc)
 
 
 class TokenClassifierHead(nn.Module):
@@ -121,25 +166,31 @@ class IdentityHead(nn.Module):
 
 @dataclass(frozen=True)
 class TaskSpec:
-    head: type
-    hf_class: str     # the transformers class whose checkpoints this task reads and writes
-    pooler: bool      # does that HF class carry a pooler?
-    # The graph's outputs are the export contract's (runtime/contract.py), not declared here.
+    head: type            # or a function (config, encoder) -> head module
+    hf_suffix: str        # the transformers class of the task, less the family's prefix
+    model_types: tuple[str, ...] | None = None  # the families that have the task (None: all)
+    # Whether the model carries a pooler is the family's (families.py `pooler_tasks`); the
+    # graph's outputs are the export contract's (runtime/contract.py), not declared here.
+
+    @property
+    def hf_class(self) -> str:
+        """BERT's class for the task (a model's own: `Bert.hf_class`)."""
+        return HF_CLASS_PREFIXES["bert"] + self.hf_suffix
 
 
-def _spec(task: str, head: type, pooler: bool) -> TaskSpec:
+def _spec(task: str, head) -> TaskSpec:
     """An exportable task's spec: its transformers class comes from the task's contract."""
-    return TaskSpec(head, CONTRACTS[task].hf_class, pooler)
+    return TaskSpec(head, CONTRACTS[task].hf_suffix)
 
 
 TASKS: dict[str, TaskSpec] = {
-    "fill-mask": _spec("fill-mask", FillMaskHead, False),
-    "text-classification": _spec("text-classification", ClassifierHead, True),
-    "token-classification": _spec("token-classification", TokenClassifierHead, False),
-    "question-answering": _spec("question-answering", SpanHead, False),
-    "feature-extraction": _spec("feature-extraction", IdentityHead, True),
+    "fill-mask": _spec("fill-mask", FillMaskHead),
+    "text-classification": _spec("text-classification", sequence_head),
+    "token-classification": _spec("token-classification", TokenClassifierHead),
+    "question-answering": _spec("question-answering", SpanHead),
+    "feature-extraction": _spec("feature-extraction", IdentityHead),
     # training only: no export, no pipeline, so no contract
-    "pretraining": TaskSpec(PretrainingHead, "BertForPreTraining", True),
+    "pretraining": TaskSpec(PretrainingHead, "ForPreTraining", ("bert",)),
 }
 
 
@@ -156,8 +207,11 @@ class Bert(nn.Module):
     def __init__(self, config: BertConfig, task: str):
         super().__init__()
         spec = task_spec(task)
+        if spec.model_types is not None and config.model_type not in spec.model_types:
+            raise ConfigError(f"task {task!r} is not implemented for {config.model_type}",
+                              f"use a {', '.join(spec.model_types)} model for {task}")
         self.config, self.task = config, task
-        self.encoder = Encoder(config, pooler=spec.pooler)
+        self.encoder = Encoder(config, pooler=task in config.family.pooler_tasks)
         self.head = spec.head(config, self.encoder)
         init_weights(self, config.initializer_range)
 
@@ -170,8 +224,8 @@ class Bert(nn.Module):
 
     @property
     def hf_class(self) -> str:
-        """The transformers class this model's checkpoints are, e.g. BertForMaskedLM."""
-        return task_spec(self.task).hf_class
+        """The transformers class this model's checkpoints are, e.g. RobertaForMaskedLM."""
+        return self.config.family.class_prefix + task_spec(self.task).hf_suffix
 
     def save_pretrained(self, out_dir, *, tokenizer_from=None) -> Path:
         """A Hugging Face folder (see save.py); returns its path."""

@@ -1,8 +1,11 @@
 """The scratch BERT encoder: embeddings, post-LN encoder layers, pooler.
 
 Reference: Devlin et al. 2018 and transformers' modeling_bert (same math, so HF weights load
-unchanged). Attention runs on `F.scaled_dot_product_attention`; its (B, nh, T, hs) layout and
-additive mask are the ones onnxruntime's BERT fusion recognises after a TorchScript export.
+unchanged). The other families are switches on the same modules (config.family): RoBERTa's
+padding-offset positions, DistilBERT's missing token types, ALBERT's and ELECTRA's embedding
+projection, ALBERT's layer groups run in a schedule, no pooler where the family has none.
+Attention runs on `F.scaled_dot_product_attention`; its (B, nh, T, hs) layout and additive mask
+are the ones onnxruntime's BERT fusion recognises after a TorchScript export.
 """
 from __future__ import annotations
 
@@ -21,27 +24,43 @@ def activation(name: str):
         "relu": F.relu,
         "silu": F.silu,
         "swish": F.silu,
+        "tanh": torch.tanh,  # heads only (RoBERTa's classifier)
     }[name]  # BertConfig already rejected anything else
 
 
 class Embeddings(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.word = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
-        self.position = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        self.token_type = nn.Embedding(c.type_vocab_size, c.hidden_size)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        E = c.embedding_dim
+        self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
+        self.position = nn.Embedding(c.max_position_embeddings, E)
+        # DistilBERT has no segment embedding: token_type_ids are then ignored
+        self.token_type = nn.Embedding(c.type_vocab_size, E) if c.type_vocab_size else None
+        self.norm = nn.LayerNorm(E, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        # ALBERT, ELECTRA: embeddings narrower than the layers are projected up after the norm
+        self.project = nn.Linear(E, c.hidden_size) if c.embedding_projection else None
+        # RoBERTa: positions from the padding, not from 0 (None: from 0)
+        self.pad_offset = c.pad_token_id if c.family.positions_from_padding else None
         # A sliced constant rather than arange(T): the Slice pattern is what onnxruntime's
         # EmbedLayerNormalization fusion recognises (arange exports as Range and does not fuse).
         self.register_buffer("position_ids", torch.arange(c.max_position_embeddings)[None],
                              persistent=False)
 
+    def positions(self, input_ids):
+        if self.pad_offset is None:
+            return self.position_ids[:, :input_ids.shape[1]]  # (1, T)
+        # RoBERTa (fairseq make_positions), op for op as transformers writes it: pads keep
+        # position pad_token_id, tokens count from pad_token_id + 1 wherever the padding is.
+        keep = input_ids.ne(self.pad_offset).int()
+        return (torch.cumsum(keep, dim=1).type_as(keep) * keep).long() + self.pad_offset  # (B, T)
+
     def forward(self, input_ids, token_type_ids):
-        T = input_ids.shape[1]
-        positions = self.position_ids[:, :T]  # (1, T)
-        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)
-        return self.dropout(self.norm(x))  # (B, T, H)
+        x = self.word(input_ids)
+        if self.token_type is not None:
+            x = x + self.token_type(token_type_ids)
+        x = self.dropout(self.norm(x + self.position(self.positions(input_ids))))
+        return x if self.project is None else self.project(x)  # (B, T, H)
 
 
 class SelfAttention(nn.Module):
@@ -102,27 +121,42 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))  # (B, H) from [CLS]
 
 
+class LayerGroup(nn.ModuleList):
+    """ALBERT: a group of layers run in sequence, the group itself reused across the depth."""
+
+    def forward(self, x, bias):
+        for layer in self:
+            x = layer(x, bias)
+        return x
+
+
 class Encoder(nn.Module):
     """Embeddings + N encoder layers (+ pooler when the head needs one)."""
 
     def __init__(self, c: BertConfig, pooler: bool):
         super().__init__()
         self.embeddings = Embeddings(c)
-        self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_hidden_layers))
+        if c.family.shared_layers:  # ALBERT: encoder.layers.{group}.{inner}
+            self.layers = nn.ModuleList(
+                LayerGroup(EncoderLayer(c) for _ in range(c.inner_group_num))
+                for _ in range(c.num_hidden_groups))
+        else:
+            self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.schedule = c.layer_schedule  # which of self.layers runs at each depth
         self.pooler = Pooler(c) if pooler else None
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        if token_type_ids is None:
+        if token_type_ids is None and self.embeddings.token_type is not None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
         # Additive mask, 0 where attended and dtype-min where padded, broadcast over heads and
         # queries: the Sub/Mul pattern onnxruntime's attention fusion looks for.
         m = attention_mask[:, None, None, :].to(x.dtype)  # (B, 1, 1, T)
         bias = (1.0 - m) * torch.finfo(x.dtype).min
-        for layer in self.layers:
-            x = layer(x, bias)
+        for i in self.schedule:
+            x = self.layers[i](x, bias)
         pooled = self.pooler(x) if self.pooler is not None else None
         return x, pooled
 

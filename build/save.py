@@ -1,9 +1,10 @@
 """Hugging Face folders out: config.json, model.safetensors and the tokenizer's files.
 
-What `transformers.BertFor<Task>.from_pretrained(folder)` loads with no missing or unexpected
-keys. Loading is checkpoint.py's; this half is apart only so that `Bert.save_pretrained`
-(heads.py) can call it without an import cycle: it takes a `Bert` but reads it only through
-`model.config`, `model.hf_class` and `model.state_dict()`, and never imports heads.py.
+What `transformers.<Family>For<Task>.from_pretrained(folder)` (and AutoModelFor<Task>) loads
+with no missing or unexpected keys. Loading is checkpoint.py's; this half is apart only so that
+`Bert.save_pretrained` (heads.py) can call it without an import cycle: it takes a `Bert` but
+reads it only through `model.config`, `model.hf_class` and `model.state_dict()`, and never
+imports heads.py.
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from torch import nn
 from bertonnx.runtime.tokenizer import TOKENIZER_FILES  # the one list, shared with the runtime
 
 from .config import BertConfig
-from .keys import ours_to_hf
 
 __all__ = ["TOKENIZER_FILES", "write_config", "hf_state_dict", "copy_tokenizer_files",
            "save_pretrained"]
@@ -32,15 +32,12 @@ def write_config(config: BertConfig, hf_class: str, folder: str | Path) -> Path:
 
 
 def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Our weights by HF names, as `model.hf_class` names them (no `bert.` prefix for BertModel)."""
-    bare = model.hf_class == "BertModel"
-    out = {}
-    for name, tensor in model.state_dict().items():
-        key = ours_to_hf(name)
-        if bare:
-            key = key.removeprefix("bert.")
-        out[key] = tensor.detach().contiguous().cpu()
-    return out
+    """Our weights by HF names, as `model.hf_class` names them (no `bert.`, `roberta.`, ...
+    prefix for the bare BertModel, RobertaModel, ...), through the family's key table."""
+    family = model.config.family
+    bare = model.hf_class == family.class_prefix + "Model"
+    return {family.keys.to_hf(name, bare=bare): tensor.detach().contiguous().cpu()
+            for name, tensor in model.state_dict().items()}
 
 
 def copy_tokenizer_files(src: str | Path, out: str | Path) -> None:

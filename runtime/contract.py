@@ -29,7 +29,7 @@ class TaskContract:
 
     task: str                    # also transformers' pipeline task name
     outputs: tuple               # ((graph output name, dynamic axes), ...) in the model's order
-    hf_class: str                # transformers class whose checkpoints the task reads and writes
+    hf_suffix: str               # transformers class of the task, less the family's prefix
     cli_name: str                # the `bertonnx` inference command
     pipeline: str                # "module:Class" under bertonnx.runtime.pipelines
     aliases: tuple[str, ...] = ()  # transformers' other names for the task
@@ -65,22 +65,51 @@ class TaskContract:
                                     f"{field} {want}")
         return problems
 
+    @property
+    def hf_class(self) -> str:
+        """BERT's transformers class for the task (any family's: `hf_class(task, model_type)`)."""
+        return HF_CLASS_PREFIXES["bert"] + self.hf_suffix
+
 
 TASKS = MappingProxyType({c.task: c for c in (
-    TaskContract("fill-mask", (("logits", _BS),), "BertForMaskedLM", "fill-mask",
+    TaskContract("fill-mask", (("logits", _BS),), "ForMaskedLM", "fill-mask",
                  "fill_mask:FillMaskPipeline", fixed_axis=(2, "vocab_size")),
-    TaskContract("text-classification", (("logits", _B),), "BertForSequenceClassification",
+    TaskContract("text-classification", (("logits", _B),), "ForSequenceClassification",
                  "classify", "text_classification:TextClassificationPipeline",
                  aliases=("sentiment-analysis",), fixed_axis=(1, "num_labels")),
-    TaskContract("token-classification", (("logits", _BS),), "BertForTokenClassification",
+    TaskContract("token-classification", (("logits", _BS),), "ForTokenClassification",
                  "tokens", "token_classification:TokenClassificationPipeline",
                  aliases=("ner",), fixed_axis=(2, "num_labels")),
     TaskContract("question-answering", (("start_logits", _BS), ("end_logits", _BS)),
-                 "BertForQuestionAnswering", "qa",
+                 "ForQuestionAnswering", "qa",
                  "question_answering:QuestionAnsweringPipeline"),
-    TaskContract("feature-extraction", (("last_hidden_state", _BS),), "BertModel", "embed",
+    TaskContract("feature-extraction", (("last_hidden_state", _BS),), "Model", "embed",
                  "feature_extraction:FeatureExtractionPipeline", fixed_axis=(2, "hidden_size")),
 )})
+# model_type -> the prefix of its transformers class names: the families bertonnx loads
+# (build/families.py holds their shapes). Torch-free, so a folder's task can be told from its
+# config.json `architectures` without the build package.
+HF_CLASS_PREFIXES = MappingProxyType({
+    "bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert",
+    "distilbert": "DistilBert", "electra": "Electra", "albert": "Albert"})
+# Pretraining classes whose checkpoints serve a task: the MLM half of BERT's and ALBERT's (NSP /
+# sentence order heads dropped), and ELECTRA's discriminator, whose replaced-token head is no
+# bertonnx task but whose encoder is what feature extraction serves.
+PRETRAINING_ARCHITECTURES = MappingProxyType({
+    "BertForPreTraining": "fill-mask", "AlbertForPreTraining": "fill-mask",
+    "ElectraForPreTraining": "feature-extraction"})
+
+
+def hf_class(task: str, model_type: str = "bert") -> str:
+    """The transformers class of `task` in a family, e.g. ("fill-mask", "roberta") ->
+    RobertaForMaskedLM."""
+    return HF_CLASS_PREFIXES[model_type] + TASKS[task].hf_suffix
+
+
+# transformers class name -> the task its checkpoints serve, for every family
+ARCHITECTURE_TASKS = MappingProxyType({
+    **{hf_class(t, m): t for t in TASKS for m in HF_CLASS_PREFIXES}, **PRETRAINING_ARCHITECTURES})
+
 # task -> ((output name, dynamic axes), ...), in the order the torch model returns them.
 OUTPUTS = MappingProxyType({t: c.outputs for t, c in TASKS.items()})
 EXPORT_TASKS = tuple(TASKS)
@@ -88,26 +117,12 @@ EXPORT_TASKS = tuple(TASKS)
 TASK_ALIASES = MappingProxyType({a: c.task for c in TASKS.values() for a in c.aliases})
 
 
-# transformers class-name endings -> task, for every family (BertForMaskedLM, RobertaModel,
-# DistilBertForSequenceClassification, ...); BertForPreTraining holds the MLM head, a causal LM
-# head ends in "Model" too and is none of the tasks.
-_ARCHITECTURE_ENDINGS = (("ForMaskedLM", "fill-mask"), ("ForSequenceClassification",
-                         "text-classification"), ("ForTokenClassification", "token-classification"),
-                         ("ForQuestionAnswering", "question-answering"),
-                         ("Model", "feature-extraction"))
-_ARCHITECTURE_EXCEPTIONS = MappingProxyType({"BertForPreTraining": "fill-mask",
-                                             "BertLMHeadModel": None})
-
-
 def task_of_architectures(architectures) -> str | None:
     """The one task config.json's `architectures` names, or None (none, several, unknown)."""
     tasks = set()
     for a in architectures if isinstance(architectures, list) else []:
-        a = str(a)
-        task = _ARCHITECTURE_EXCEPTIONS[a] if a in _ARCHITECTURE_EXCEPTIONS else next(
-            (t for end, t in _ARCHITECTURE_ENDINGS if a.endswith(end)), None)
-        if task is not None:
-            tasks.add(task)
+        if isinstance(a, str) and a in ARCHITECTURE_TASKS:
+            tasks.add(ARCHITECTURE_TASKS[a])
     return tasks.pop() if len(tasks) == 1 else None
 
 

@@ -1,9 +1,10 @@
 """Shared fixtures: one factory of tiny random Hugging Face BERTs, one of their exports.
 
-`make_checkpoint(folder, task, *, seed=0, labels=None, vocab=None, tokenizer=True, **config)`
-    The one factory: saves a random `transformers.BertFor<Task>` (the class in
-    `bertonnx.build.TASKS[task]`) with 2 layers, hidden 32, 4 heads, intermediate 37 and 64
-    positions; `config` overrides `transformers.BertConfig` fields. Every LayerNorm weight is
+`make_checkpoint(folder, task, *, model_type="bert", hf_class=None, seed=0, labels=None,
+                vocab=None, tokenizer=True, **config)`
+    The one factory: saves a random transformers model of the family's class for the task
+    (BertForMaskedLM, RobertaForQuestionAnswering, ...) with 2 layers, hidden 32, 4 heads,
+    intermediate 37 and 64 positions (FAMILY_CONFIGS); `config` overrides its config fields. Every LayerNorm weight is
     moved away from 1 and every bias away from 0, so a loader that drops any of them cannot pass
     a parity test. With `tokenizer=True` the folder also holds an uncased vocab.txt (specials +
     ~200 English wordpieces, `VOCAB`) and tokenizer_config.json.
@@ -74,12 +75,33 @@ def perturb_(model, seed: int) -> None:
     import torch
 
     g = torch.Generator().manual_seed(seed + 1)
+    # by module type: the families name their norms LayerNorm, layer_norm, sa_layer_norm, ...
+    norms = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)}
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm.weight" in name:
+            if id(p) in norms:
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+_BERT_SHAPE = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
+                   initializer_range=0.1)
+# Tiny configs per model_type, in each family's own config names. RoBERTa-likes pad with id 1
+# (positions then start at 2, so a loader that numbers from 0 cannot pass); ALBERT and ELECTRA
+# embed narrower than their layers, so the projection is exercised.
+_ROBERTA_SHAPE = {**_BERT_SHAPE, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+                  "type_vocab_size": 1, "max_position_embeddings": 66, "layer_norm_eps": 1e-5}
+FAMILY_CONFIGS = {
+    "bert": _BERT_SHAPE,
+    "roberta": _ROBERTA_SHAPE, "xlm-roberta": _ROBERTA_SHAPE, "camembert": _ROBERTA_SHAPE,
+    "distilbert": dict(vocab_size=len(VOCAB), dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                       max_position_embeddings=64, initializer_range=0.1),
+    "electra": {**_BERT_SHAPE, "embedding_size": 16},
+    "albert": {**_BERT_SHAPE, "embedding_size": 16, "hidden_act": "gelu_new"},
+}
+WORDPIECE_FAMILIES = ("bert", "distilbert", "electra")
 
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
@@ -103,31 +125,38 @@ SPECS: dict[str, tuple[str, dict]] = {
 }
 
 
-def make_checkpoint(folder: Path, task: str = "fill-mask", *, seed: int = 0,
+def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = "bert",
+                    hf_class: str | None = None, seed: int = 0,
                     labels: dict[int, str] | None = None, vocab: int | None = None,
                     tokenizer: bool = True, **config) -> Path:
-    """The one factory: a random `transformers.BertFor<Task>` saved to `folder`; returns it.
+    """The one factory: a random transformers model of the family's class for the task
+    (BertForMaskedLM, RobertaForSequenceClassification, ...; `hf_class` names another, e.g.
+    ElectraForPreTraining) saved to `folder`; returns it.
 
     `labels` sets id2label/label2id; `vocab` pads the tiny vocab with [unusedN] entries up to
-    that size; `config` overrides `transformers.BertConfig` fields.
+    that size; `config` overrides the family's config fields in its own names (DistilBERT's
+    `dim`, `n_layers`; defaults in FAMILY_CONFIGS). With `tokenizer`, the WordPiece families
+    (BERT, DistilBERT, ELECTRA) get the tiny vocab.txt.
     """
     import torch
     import transformers
 
     from bertonnx.build import TASKS
+    from bertonnx.runtime.contract import hf_class as family_class
 
     tokens = VOCAB + [f"[unused{i}]" for i in range(max(0, (vocab or 0) - len(VOCAB)))]
-    defaults = dict(vocab_size=len(tokens), hidden_size=32, num_hidden_layers=2,
-                    num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
-                    initializer_range=0.1)
+    defaults = {**FAMILY_CONFIGS[model_type], "vocab_size": len(tokens)}
     if labels is not None:
         defaults.update(id2label=labels, label2id={v: k for k, v in labels.items()})
+    if hf_class is None:  # pretraining is a BERT-only task without a runtime contract
+        hf_class = TASKS[task].hf_class if task == "pretraining" else family_class(task,
+                                                                                 model_type)
     torch.manual_seed(seed)
-    model = getattr(transformers, TASKS[task].hf_class)(
-        transformers.BertConfig(**{**defaults, **config})).eval()
+    model = getattr(transformers, hf_class)(
+        transformers.AutoConfig.for_model(model_type, **{**defaults, **config})).eval()
     perturb_(model, seed)
     model.save_pretrained(folder)
-    if tokenizer:
+    if tokenizer and model_type in WORDPIECE_FAMILIES:
         write_vocab(folder, tokens)
     return folder
 
@@ -138,7 +167,8 @@ def tiny_hf_checkpoint(tmp_path):
     count = iter(range(10_000))
 
     def make(task: str = "fill-mask", **options) -> Path:
-        return make_checkpoint(tmp_path / f"hf-{task}-{next(count)}", task, **options)
+        name = f"hf-{options.get('model_type', 'bert')}-{task}-{next(count)}"
+        return make_checkpoint(tmp_path / name, task, **options)
 
     return make
 

@@ -26,17 +26,18 @@ PER_TOKEN = {"fill-mask": (True,), "text-classification": (False,),
 
 
 def padded_batch(vocab_size: int, max_len: int, type_vocab_size: int = 2, *, seed: int = 0,
-                 lengths: tuple[int, ...] | None = None):
-    """(input_ids, attention_mask, token_type_ids), right padded with id 0."""
+                 lengths: tuple[int, ...] | None = None, pad_token_id: int = 0):
+    """(input_ids, attention_mask, token_type_ids), right padded with `pad_token_id`; ids from
+    5 up, clear of every family's special tokens."""
     g = torch.Generator().manual_seed(seed)
     T = max_len
     lengths = lengths or (T, max(1, T - 4), min(2, T))
     ids = torch.randint(5, vocab_size, (len(lengths), T), generator=g)
-    types = torch.randint(0, type_vocab_size, (len(lengths), T), generator=g)
+    types = torch.randint(0, max(1, type_vocab_size), (len(lengths), T), generator=g)
     mask = torch.zeros_like(ids)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
-    return ids * mask, mask, types * mask
+    return torch.where(mask.bool(), ids, pad_token_id), mask, types * mask
 
 
 def as_tuple(out) -> tuple[torch.Tensor, ...]:

@@ -139,7 +139,8 @@ def test_mismatch_with_an_explicit_task_of_a_bertonnx_export(tiny_export):
     (["BertForMaskedLM"], FM), (["BertForPreTraining"], FM), (["RobertaForMaskedLM"], FM),
     (["DistilBertForSequenceClassification"], CLS), (["XLMRobertaForTokenClassification"], NER),
     (["AlbertForQuestionAnswering"], QA), (["BertModel"], EMB), (["RobertaModel"], EMB),
-    (["BertLMHeadModel"], None), (["ElectraForPreTraining"], None), ([], None), (None, None),
+    (["ElectraForPreTraining"], EMB), (["BertLMHeadModel"], None), (["DebertaV2Model"], None),
+    ([], None), (None, None),
     (["BertForMaskedLM", "BertModel"], None),
 ])
 def test_task_of_architectures(arches, task):
