@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Callable
 import onnx
 
 from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
-from bertonnx.build.heads import task_spec
 from bertonnx.build.save import write_config
 from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
                                        MODEL_NAME, OUTPUTS)
@@ -107,7 +106,7 @@ def _io(task: str) -> tuple[dict, dict]:
 
 def _config_summary(model: Bert) -> dict:
     c = model.config
-    return {"architecture": task_spec(model.task).hf_class, "vocab_size": c.vocab_size,
+    return {"architecture": model.hf_class, "vocab_size": c.vocab_size,
             "hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
             "num_attention_heads": c.num_attention_heads,
             "max_position_embeddings": c.max_position_embeddings,
@@ -199,7 +198,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         quant["size"]["ratio_to_fp32_graph"] = round(size / fp32_bytes, 4)
 
     tokenizer.save(tmp)
-    write_config(c, task_spec(task).hf_class, tmp)
+    write_config(c, m.hf_class, tmp)
 
     figures = {}
     if options.parity:
