@@ -57,9 +57,15 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids, token_type_ids):
         x = self.word(input_ids)
-        if self.token_type is not None:
-            x = x + self.token_type(token_type_ids)
-        x = self.dropout(self.norm(x + self.position(self.positions(input_ids))))
+        pos = self.position(self.positions(input_ids))
+        types = self.token_type(token_type_ids) if self.token_type is not None else None
+        # Summed in the order onnxruntime's EmbedLayerNormalization fusion reads
+        # (export/fusion.py): BERT's (word + type) + sliced positions; RoBERTa's computed
+        # positions fuse only as (word + position) + type.
+        for part in ((pos, types) if self.pad_offset is not None else (types, pos)):
+            if part is not None:
+                x = x + part
+        x = self.dropout(self.norm(x))
         return x if self.project is None else self.project(x)  # (B, T, H)
 
 
@@ -108,8 +114,11 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def forward(self, x, bias):
-        x = self.attn_norm(x + self.dropout(self.attn(x, bias)))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+        # The sublayer's output is the Add's first operand: onnxruntime's attention fusion takes
+        # the norm's first Add parent as the attention output, and after ALBERT's and ELECTRA's
+        # embedding projection the residual is an Add too (export/fusion.py).
+        x = self.attn_norm(self.dropout(self.attn(x, bias)) + x)
+        return self.ffn_norm(self.dropout(self.ffn(x)) + x)
 
 
 class Pooler(nn.Module):

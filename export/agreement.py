@@ -30,19 +30,48 @@ def encode(tokenizer, texts, pairs=None, max_len: int = 512):
             torch.from_numpy(p.token_type_ids), encs)
 
 
+_MARKERS = ("Ġ", "▁")  # the word-start markers of byte-level BPE and SentencePiece
+
+
+def _letters(token: str) -> str:
+    """A token's text without WordPiece's ## or a BPE/SentencePiece word-start marker."""
+    return token[2:] if token.startswith("##") else token.lstrip("".join(_MARKERS))
+
+
+def _joins_previous(e, j: int) -> bool:
+    """Token j continues token j-1's word: a ## piece (WordPiece), or letters right after
+    letters with no word-start marker (BPE, Unigram)."""
+    t, prev = e.tokens[j], e.tokens[j - 1]
+    if t.startswith("##"):
+        return True
+    return (_letters(t).isalpha() and _letters(prev).isalpha() and not t.startswith(_MARKERS)
+            and e.offsets[j][0] == e.offsets[j - 1][1])
+
+
 def _mask_one_word(tokenizer, ids, encs):
-    """Mask the middle whole word of each row; returns the masked positions."""
+    """Mask the middle one-token word of each row; returns the masked positions."""
     if tokenizer.mask_token_id is None:
         raise ArtifactError("the tokenizer has no mask token", "fill-mask needs a [MASK] token")
     positions = []
     for i, e in enumerate(encs):
-        words = [j for j, t in enumerate(e.tokens)
-                 if 0 < j < len(e.tokens) - 1 and t.isalpha() and not t.startswith("##")
-                 and not (j + 1 < len(e.tokens) and e.tokens[j + 1].startswith("##"))]
+        n = len(e.tokens)
+        words = [j for j in range(1, n - 1)
+                 if _letters(e.tokens[j]).isalpha() and not _joins_previous(e, j)
+                 and not _joins_previous(e, j + 1)]
         j = words[len(words) // 2] if words else 1
         ids[i, j] = tokenizer.mask_token_id
         positions.append(j)
     return positions
+
+
+def _context(tokenizer, questions, ids, mask) -> np.ndarray:
+    """(B, T) bool, True at each (question, context) row's context tokens: past what the
+    question encodes to alone (its special tokens included), no special token. Token type ids
+    say the same for BERT, but RoBERTa's pairs have none."""
+    q_len = np.array([len(e.ids) for e in tokenizer.encode_batch(list(questions))])
+    specials = [t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id) if t is not None]
+    after = np.arange(ids.shape[1])[None, :] >= q_len[:, None]
+    return after & mask.numpy().astype(bool) & ~np.isin(ids.numpy(), specials)
 
 
 def task_metrics(task: str, ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray,
@@ -90,8 +119,7 @@ def task_batch(task: str, tokenizer, max_len: int, texts=None, pairs=None):
     if task == "question-answering":
         qs, cs = zip(*(pairs or QA_PAIRS))
         ids, mask, tt, encs = encode(tokenizer, qs, cs, max_len)
-        context = ((tt == 1) & (mask == 1) & (ids != tokenizer.sep_token_id)).numpy()
-        return (ids, mask, tt), context
+        return (ids, mask, tt), _context(tokenizer, qs, ids, mask)
     ids, mask, tt, encs = encode(tokenizer, texts or SENTENCES, None, max_len)
     extra = _mask_one_word(tokenizer, ids, encs) if task == "fill-mask" else None
     return (ids, mask, tt), extra
@@ -102,7 +130,7 @@ def agreement(model: Bert, sess, tokenizer, *, texts=None, pairs=None) -> dict:
     if tokenizer is None:
         raise ArtifactError("int8 parity needs the tokenizer", "export with tokenizer files")
     (ids, mask, tt), extra = task_batch(model.task, tokenizer,
-                                        model.config.max_position_embeddings, texts, pairs)
+                                        model.config.max_tokens, texts, pairs)
     ref, got = run_torch(model, ids, mask, tt), run_ort(sess, ids, mask, tt)
     metrics = task_metrics(model.task, ref, got, mask.numpy(), extra)
     verdict = next(iter(metrics.values()))

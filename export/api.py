@@ -23,8 +23,7 @@ import onnx
 
 from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
 from bertonnx.build.save import write_config
-from bertonnx.runtime.contract import (EXPORT_TASKS, INPUT_DTYPE, INPUT_NAMES, INPUT_AXES,
-                                       MODEL_NAME, OUTPUTS)
+from bertonnx.runtime.contract import EXPORT_TASKS, INPUT_DTYPE, INPUT_AXES, MODEL_NAME, OUTPUTS
 from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
 from bertonnx.runtime.atomic import replace_folder
 from bertonnx.runtime.manifest import Manifest
@@ -96,9 +95,9 @@ def _versions() -> dict:
     return out
 
 
-def _io(task: str) -> tuple[dict, dict]:
+def _io(task: str, input_names: tuple[str, ...]) -> tuple[dict, dict]:
     inputs = {n: {"dtype": INPUT_DTYPE, "axes": {str(k): v for k, v in INPUT_AXES.items()}}
-              for n in INPUT_NAMES}
+              for n in input_names}
     outputs = {n: {"dtype": "float32", "axes": {str(k): v for k, v in ax.items()}}
                for n, ax in OUTPUTS[task]}
     return inputs, outputs
@@ -106,7 +105,8 @@ def _io(task: str) -> tuple[dict, dict]:
 
 def _config_summary(model: Bert) -> dict:
     c = model.config
-    return {"architecture": model.hf_class, "vocab_size": c.vocab_size,
+    return {"architecture": model.hf_class, "model_type": c.model_type,
+            "vocab_size": c.vocab_size,
             "hidden_size": c.hidden_size, "num_hidden_layers": c.num_hidden_layers,
             "num_attention_heads": c.num_attention_heads,
             "max_position_embeddings": c.max_position_embeddings,
@@ -175,7 +175,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         if options.optimize:
             say("fusing (onnxruntime transformer optimizer, model_type bert)")
             proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size)
-            fusion.check_fused(fusion.fused_counts(proto), c.num_hidden_layers)
+            fusion.check_fused(fusion.fused_counts(proto), c)
         else:
             proto = onnx.load(str(raw))
         fp32_bytes = len(proto.SerializeToString()) if graph._fits_bytesize(proto) else None
@@ -186,7 +186,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
             proto, quant = row.convert(proto, options)
         counts = fusion.fused_counts(proto)
         if options.optimize:
-            fusion.check_fused(counts, c.num_hidden_layers)
+            fusion.check_fused(counts, c)
         model_path = tmp / MODEL_NAME
         graph.save_model(proto, model_path)
     del proto
@@ -204,7 +204,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
     if options.parity:
         say("checking parity against the torch model")
         figures = check_parity(m, model_path, options.quantize, tokenizer)
-    inputs, outputs = _io(task)
+    inputs, outputs = _io(task, graph.input_names(m))
     manifest = Manifest(
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,

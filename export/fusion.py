@@ -5,7 +5,28 @@ Graph before / after, per encoder layer:
     MatMul+Add ×3 -> Reshape/Transpose -> MatMul/Div/Add(mask)/Softmax/MatMul -> ...   ==> Attention
     Add(residual) -> LayerNormalization                                               ==> SkipLayerNormalization
     MatMul -> Add(bias) -> Gelu                                                       ==> BiasGelu
+    MatMul -> Add(bias) -> tanh-approximated Gelu (ALBERT's gelu_new)                 ==> FastGelu
     Gather(word)+Gather(pos)+Gather(type) -> LayerNormalization  (once)               ==> EmbedLayerNormalization
+
+Every family fuses fully (Attention == layer applications, EmbedLayerNormalization 1) because
+build/model.py writes two sums in the order the optimizer's patterns read them (commutative, so
+the numbers do not change):
+
+- The residual Add takes the sublayer's output first. fusion_attention.py walks up from the
+  norm to the *first* Add parent as the attention output; after ELECTRA's and ALBERT's
+  embedding projection (a MatMul+Add) the residual is an Add too, and with it first the first
+  layer's attention did not fuse (1 of 2 on a 2-layer model).
+- RoBERTa sums word + position first, then token type. Its positions come from a CumSum over
+  the padding, which fusion_embedlayer.py's BERT and DistilBERT position patterns do not match
+  (its RoBERTa pattern is commented out upstream: the kernel numbers positions from 0); its
+  GPT-2 pattern, Add(Gather(word), Gather(pos)) with an optional segment Gather, takes any
+  position ids and passes them to EmbedLayerNormalization's position_ids input, which the
+  kernel honours. A RoBERTa graph without token_type_ids still fuses: the zeros it makes are
+  the segment ids.
+- ALBERT and ELECTRA project after the embedding LayerNorm; fusion_embedlayer.py accepts a
+  MatMul+Add between the norm and the first Attention ("for Albert"). ALBERT's shared layers
+  are unrolled by the exporter, one Attention per application; each gets its own packed QKV
+  weight, which `share_identical_initializers` stores once again.
 
 `opt_level=1` (the optimizer's default for BERT) runs only onnxruntime's portable basic
 rewrites before the Python fusions, so the saved graph holds no CPU- or GPU-specific kernels.
@@ -15,11 +36,13 @@ issue 18945): the runtime pads right, and parity checks right-padded batches.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
 import onnx
 
+from bertonnx.build import BertConfig
 from bertonnx.runtime.errors import CheckFailed
 
 from .graph import op_counts
@@ -40,6 +63,12 @@ def attention_count(counts: dict[str, int]) -> int:
     return sum(counts.get(op, 0) for op in ("Attention", "QAttention", "MultiHeadAttention"))
 
 
+def layer_applications(c: BertConfig) -> int:
+    """Encoder layers the graph runs: ALBERT runs a group of inner_group_num layers at each of
+    num_hidden_layers depths (the other families have inner_group_num 1)."""
+    return c.num_hidden_layers * c.inner_group_num
+
+
 def fuse(path: Path, num_heads: int, hidden_size: int) -> onnx.ModelProto:
     """The fused graph of the model at `path` (not written; the caller saves it)."""
     from onnxruntime.transformers.optimizer import optimize_model
@@ -49,11 +78,42 @@ def fuse(path: Path, num_heads: int, hidden_size: int) -> onnx.ModelProto:
         logging.getLogger(name).setLevel(logging.WARNING)
     opt = optimize_model(str(path), model_type="bert", num_heads=num_heads,
                          hidden_size=hidden_size, opt_level=1)
+    share_identical_initializers(opt.model)
     return opt.model
 
 
-def check_fused(counts: dict[str, int], layers: int) -> None:
-    """A standard BERT must come out fully fused: one attention per layer, one embedding op."""
+def share_identical_initializers(proto: onnx.ModelProto) -> int:
+    """Point every use of a byte-identical initializer at the first one and drop the copies;
+    returns how many were dropped. ALBERT's shared layers come out of attention fusion with one
+    packed QKV weight per application. Exact bytes only (onnxruntime's own
+    remove_duplicated_initializer also merges merely allclose tensors)."""
+    g = proto.graph
+    first: dict[tuple, str] = {}
+    alias: dict[str, str] = {}
+    for init in g.initializer:
+        if not init.raw_data:  # small constants the exporter wrote as typed fields
+            continue
+        key = (init.data_type, tuple(init.dims), hashlib.blake2b(init.raw_data).digest())
+        if key in first:
+            alias[init.name] = first[key]
+        else:
+            first[key] = init.name
+    if not alias:
+        return 0
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = alias[name]
+    keep = [i for i in g.initializer if i.name not in alias]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return len(alias)
+
+
+def check_fused(counts: dict[str, int], c: BertConfig) -> None:
+    """Every family must come out fully fused: one attention per layer application, one
+    embedding op (see the module docstring for how each family's graph gets there)."""
+    layers = layer_applications(c)
     att = attention_count(counts)
     if att != layers:
         raise CheckFailed(

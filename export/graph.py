@@ -13,7 +13,7 @@ import onnx
 import torch
 
 from bertonnx.build import Bert
-from bertonnx.runtime.contract import INPUT_NAMES, dynamic_axes, output_names
+from bertonnx.runtime.contract import dynamic_axes, graph_inputs, output_names
 from bertonnx.runtime.errors import CheckFailed
 
 EXPORTER = "torch.onnx.export(dynamo=False)"
@@ -21,21 +21,26 @@ EXPORT_BATCH = 2  # >= 2, so batch cannot be specialised to 1
 _TWO_GB = 2 * 1024**3
 
 
+def input_names(model: Bert) -> tuple[str, ...]:
+    """The graph's inputs (the contract's, less token_type_ids where the model has one type)."""
+    return graph_inputs(model.config.type_vocab_size)
+
+
 def export_seq_len(model: Bert) -> int:
     """A sequence length equal to no other dimension of the model, so no Reshape bakes it in."""
     c = model.config
     taken = {EXPORT_BATCH, c.num_attention_heads, c.head_dim, c.hidden_size, c.intermediate_size,
              c.vocab_size, c.num_hidden_layers, c.num_labels, c.type_vocab_size,
-             c.max_position_embeddings, 1}
+             c.max_position_embeddings, c.embedding_dim, c.max_tokens, 1}
     for t in (11, 13, 17, 19, 23, 29, 31, 37):
-        if t not in taken and t <= c.max_position_embeddings:
+        if t not in taken and t <= c.max_tokens:
             return t
-    # Tiny position tables: anything free that fits.
-    for t in range(c.max_position_embeddings, 1, -1):
+    # Tiny position tables: anything free that fits (RoBERTa: past the padding offset).
+    for t in range(c.max_tokens, 1, -1):
         if t not in taken:
             return t
-    raise CheckFailed(f"no free sequence length to export with (max positions "
-                      f"{c.max_position_embeddings})", "use a model with more positions")
+    raise CheckFailed(f"no free sequence length to export with ({c.max_tokens} positions)",
+                      "use a model with more positions")
 
 
 def sample_inputs(model: Bert, batch: int, seq: int, *, lengths=None, seed: int = 0):
@@ -61,16 +66,20 @@ def sample_inputs(model: Bert, batch: int, seq: int, *, lengths=None, seed: int 
 
 
 def export_onnx(model: Bert, path: Path, opset: int) -> None:
-    """Write the unoptimised fp32 graph: named int64 inputs, batch/sequence dynamic everywhere."""
+    """Write the unoptimised fp32 graph: named int64 inputs, batch/sequence dynamic everywhere.
+
+    Only `input_names(model)` are traced: without token_type_ids the model makes its zeros
+    inside the graph, which onnxruntime's EmbedLayerNormalization fusion still takes."""
     model = model.eval()
-    args = sample_inputs(model, EXPORT_BATCH, export_seq_len(model))
+    names = input_names(model)
+    args = sample_inputs(model, EXPORT_BATCH, export_seq_len(model))[:len(names)]
     with warnings.catch_warnings(), torch.no_grad():
         # The TorchScript exporter warns that it is deprecated; the choice is deliberate (above)
         # and guarded by the fusion check, so the warning only adds noise to the CLI.
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, args, str(path), input_names=list(INPUT_NAMES),
+        torch.onnx.export(model, args, str(path), input_names=list(names),
                           output_names=list(output_names(model.task)),
-                          dynamic_axes=dynamic_axes(model.task), opset_version=opset,
+                          dynamic_axes=dynamic_axes(model.task, names), opset_version=opset,
                           do_constant_folding=True, dynamo=False)
 
 

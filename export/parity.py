@@ -30,10 +30,11 @@ def session(model: str | Path | bytes):
     return create_session(model, memory_arena=False).inner
 
 
-def run_ort(sess, ids, mask, tt) -> list[np.ndarray]:
+def run_ort(sess, ids, mask, tt, outputs=None) -> list[np.ndarray]:
+    """The graph's outputs, fed the inputs it declares (token_type_ids only where it has them)."""
     feed = dict(zip(INPUT_NAMES, (ids, mask, tt)))
     wanted = {i.name for i in sess.get_inputs()}
-    return sess.run(None, {k: v.numpy() for k, v in feed.items() if k in wanted})
+    return sess.run(outputs, {k: v.numpy() for k, v in feed.items() if k in wanted})
 
 
 def run_torch(model: Bert, ids, mask, tt) -> list[np.ndarray]:
@@ -61,8 +62,9 @@ def _max_abs_diff(r: np.ndarray, g: np.ndarray, mask: np.ndarray, axes: dict) ->
 
 
 def seq_grid(model: Bert) -> list[int]:
-    return [model.config.max_position_embeddings if s == "max" else int(s)
-            for s in PARITY_SEQUENCES]
+    """The grid's sequence lengths; "max" is the longest the position table covers (RoBERTa:
+    max_position_embeddings - pad_token_id - 1)."""
+    return [model.config.max_tokens if s == "max" else int(s) for s in PARITY_SEQUENCES]
 
 
 def grid(model: Bert, sess, *, atol: float = FP32_ATOL, seed: int = 0) -> dict:
@@ -112,7 +114,7 @@ _NORMS = ("LayerNormalization", "SkipLayerNormalization", "EmbedLayerNormalizati
 
 
 def layer_tensors(proto: onnx.ModelProto, layers: int) -> list[str]:
-    """Names of [embeddings, layer 0, ..., layer L-1] outputs in the graph.
+    """Names of [embedding norm, layer 0, ..., layer L-1] outputs in the graph (L applications).
 
     Both the unoptimised and the fused graph hold, in topological order, one LayerNorm for the
     embeddings and two per post-LN encoder layer (attention, then feed-forward): the second of
@@ -125,27 +127,42 @@ def layer_tensors(proto: onnx.ModelProto, layers: int) -> list[str]:
     return [norms[0]] + [norms[2 + 2 * i] for i in range(layers)]
 
 
+def layer_schedule(model: Bert) -> list[str]:
+    """The name of each layer application, in the order the graph runs them: "layer i", and for
+    ALBERT's shared layers also the layer that runs ("layer 3 (group 0.0)")."""
+    c = model.config
+    if not c.family.shared_layers:
+        return [f"layer {i}" for i in range(c.num_hidden_layers)]
+    runs = [(g, j) for g in c.layer_schedule for j in range(c.inner_group_num)]
+    return [f"layer {i} (group {g}.{j})" for i, (g, j) in enumerate(runs)]
+
+
 def per_layer(model: Bert, graph: Path, *, batch: int = 2, seq: int = 11, seed: int = 0) -> dict:
-    """Max |Δ| of the hidden states after embeddings and after each layer; first one past atol."""
+    """Max |Δ| of the hidden states after the embedding norm and after each layer application;
+    the first one past atol.
+
+    Torch side: forward hooks on the embedding LayerNorm (ELECTRA and ALBERT project after it)
+    and on every encoder layer, which fire once per call, so ALBERT's shared layers report each
+    application in the order they run."""
+    from bertonnx.build.model import EncoderLayer
+
     proto = onnx.load(str(graph))
-    layers = model.config.num_hidden_layers
-    names = layer_tensors(proto, layers)
+    names = layer_schedule(model)
+    tensors = layer_tensors(proto, len(names))
     elem = onnx.TensorProto.FLOAT16 if any(
         i.data_type == onnx.TensorProto.FLOAT16 for i in proto.graph.initializer) else onnx.TensorProto.FLOAT
     have = {o.name for o in proto.graph.output}
-    for n in names:
+    for n in tensors:
         if n not in have:
             proto.graph.output.append(onnx.helper.make_tensor_value_info(n, elem, None))
     sess = session(proto.SerializeToString())
     ids, mask, tt = sample_inputs(model, batch, seq, seed=seed)
-    feed = {k: v.numpy() for k, v in zip(INPUT_NAMES, (ids, mask, tt))
-            if k in {i.name for i in sess.get_inputs()}}
-    got = sess.run(names, feed)
+    got = run_ort(sess, ids, mask, tt, outputs=tensors)
 
     captured = []
-    hooks = [model.encoder.embeddings.register_forward_hook(lambda m, a, o: captured.append(o))]
-    hooks += [layer.register_forward_hook(lambda m, a, o: captured.append(o))
-              for layer in model.encoder.layers]
+    layers = [m for m in model.encoder.modules() if isinstance(m, EncoderLayer)]
+    hooks = [m.register_forward_hook(lambda m, a, o: captured.append(o))
+             for m in [model.encoder.embeddings.norm, *layers]]
     try:
         run_torch(model, ids, mask, tt)
     finally:
@@ -153,9 +170,8 @@ def per_layer(model: Bert, graph: Path, *, batch: int = 2, seq: int = 11, seed: 
             h.remove()
     m = mask.numpy().astype(bool)
     rows, first = [], None
-    for i, (t, g) in enumerate(zip(captured, got)):
+    for name, t, g in zip(["embeddings", *names], captured, got, strict=True):
         d = float(np.max(np.abs(t.numpy()[m] - g.astype(np.float32)[m])))
-        name = "embeddings" if i == 0 else f"layer {i - 1}"
         rows.append({"where": name, "max_abs": d})
         if first is None and not d <= FP32_ATOL:
             first = name

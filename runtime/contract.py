@@ -146,8 +146,15 @@ def output_names(task: str) -> tuple[str, ...]:
     return TASKS[task].output_names
 
 
-def dynamic_axes(task: str) -> dict[str, dict[int, str]]:
-    axes = {name: dict(INPUT_AXES) for name in INPUT_NAMES}
+def graph_inputs(type_vocab_size: int) -> tuple[str, ...]:
+    """The inputs a model's graph takes: token_type_ids only where there is more than one
+    token type. DistilBERT has none; RoBERTa's single type adds the same row to every token,
+    so its graphs (as Optimum's and transformers.js's) take input_ids and attention_mask."""
+    return INPUT_NAMES if type_vocab_size > 1 else INPUT_NAMES[:2]
+
+
+def dynamic_axes(task: str, inputs: tuple[str, ...] = INPUT_NAMES) -> dict[str, dict[int, str]]:
+    axes = {name: dict(INPUT_AXES) for name in inputs}
     axes.update({name: dict(ax) for name, ax in OUTPUTS[task]})
     return axes
 
