@@ -10,6 +10,8 @@ output ("Unable to find data type for weight_name"):
    the quantizer without the types of everything after the first fused op.
 2. The tied MLM decoder is taken out of the quantizer's hands (export/tied_decoder.py), so
    the word embedding is stored once, as uint8.
+3. RoBERTa's EmbedLayerNormalization reads position ids, which QEmbedLayerNormalization cannot:
+   it stays fp32, with the decoder tied to its table (stored once, fp32).
 
 fp16 = onnxruntime's float16 conversion of the fused graph, inputs int64 and outputs float32
 kept (keep_io_types). It is for GPU providers: onnxruntime's CPU provider has few fp16 kernels
@@ -23,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from bertonnx.runtime.errors import InputError
@@ -94,6 +97,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None
 
     s = settings or DEFAULT_INT8
     proto = onnx.ModelProto.FromString(proto.SerializeToString())  # leave the caller's intact
+    fp32 = _positioned_embeddings(proto)  # left fp32, and so is the decoder tied to them
     tied = tied_decoder.hide(proto)
     proto = SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
     with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-") as d:
@@ -101,18 +105,59 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None
         quantize_dynamic(proto, out, per_channel=s.per_channel, reduce_range=s.reduce_range,
                          weight_type=getattr(QuantType, s.weight_type),
                          op_types_to_quantize=list(QUANTIZED_OPS),
-                         nodes_to_exclude=list(tied_decoder.NODES),
+                         nodes_to_exclude=list(tied_decoder.NODES) + fp32,
                          extra_options={"MatMulConstBOnly": True})
         q = onnx.load(str(out))
-    if tied is not None:
+    if tied is not None and fp32:
+        tied_decoder.unhide(q)
+    elif tied is not None:
         tied_decoder.retie(q, tied)
     info = {"mode": "int8", "method": "onnxruntime.quantization.quantize_dynamic (fused graph)",
             **asdict(s), "activations": "uint8, dynamic per tensor",
             "embeddings": "QEmbedLayerNormalization, uint8 per tensor",
             "evidence": EVIDENCE}
+    if fp32:
+        info["embeddings"] = ("fp32 EmbedLayerNormalization: its position ids (RoBERTa's) have "
+                              "no QEmbedLayerNormalization input")
     if tied is not None:
-        info["tied_decoder"] = "MatMulInteger on the embedding's uint8 table (stored once)"
+        info["tied_decoder"] = ("fp32 Gemm on the embedding's fp32 table (stored once)" if fp32
+                                else "MatMulInteger on the embedding's uint8 table (stored once)")
     return q, info
+
+
+def _positioned_embeddings(proto: onnx.ModelProto) -> list[str]:
+    """EmbedLayerNormalization nodes fed position ids other than 0, 1, ... (RoBERTa's: see
+    export/fusion.py). Their int8 form, QEmbedLayerNormalization, has no position_ids input:
+    onnxruntime's quantizer drops it and positions would silently restart at 0, so these are
+    left fp32. DistilBERT's position ids, a slice of arange, lose nothing and are quantized."""
+    g = proto.graph
+    producer = {o: n for n in g.node for o in n.output}
+    return [n.name for n in g.node if n.op_type == "EmbedLayerNormalization"
+            and len(n.input) > 8 and n.input[8] and not _counts_from_zero(g, producer, n.input[8])]
+
+
+def _counts_from_zero(g, producer: dict, name: str) -> bool:
+    """Is `name` (through Casts) a Slice of a constant arange from start 0?"""
+    node = producer.get(name)
+    while node is not None and node.op_type == "Cast":
+        node = producer.get(node.input[0])
+    if node is None or node.op_type != "Slice":
+        return False
+    data, start = _constant(g, producer, node.input[0]), _constant(g, producer, node.input[1])
+    return (data is not None and start is not None and data.ndim == 2 and data.shape[0] == 1
+            and np.array_equal(data[0], np.arange(data.shape[1])) and not start.any())
+
+
+def _constant(g, producer: dict, name: str):
+    from onnx import numpy_helper
+
+    for init in g.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    node = producer.get(name)
+    if node is not None and node.op_type == "Constant":
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
 
 
 # --- fp16 ----------------------------------------------------------------------------------

@@ -35,30 +35,58 @@ def _attr(node, name, default):
     return default
 
 
-def hide(proto: onnx.ModelProto) -> str | None:
-    """Gemm(h, W, b, transB=1) on the embedding W -> MatMul(h, Transpose(W)) + b, the nodes
-    named so the quantizer can be told to leave them alone (NODES). Returns W, or None when the
-    graph has no tied decoder."""
+def find(proto: onnx.ModelProto) -> int | None:
+    """Index of the decoder Gemm(h, W, b, transB=1) on EmbedLayerNormalization's word table W,
+    or None when the graph has no tied decoder."""
     g = proto.graph
     embed_w = {n.input[2] for n in g.node if n.op_type == "EmbedLayerNormalization"}
     for i, n in enumerate(g.node):
         if (n.op_type == "Gemm" and n.input[1] in embed_w and _attr(n, "transB", 0) == 1
                 and _attr(n, "transA", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0
                 and _attr(n, "beta", 1.0) == 1.0):
-            w, out = n.input[1], n.output[0]
-            new = [helper.make_node("Transpose", [w], [w + "_tied_T"], perm=[1, 0],
-                                    name="tied_decoder_Transpose"),
-                   helper.make_node("MatMul", [n.input[0], w + "_tied_T"],
-                                    [out + ("_mm" if len(n.input) > 2 else "")],
-                                    name="tied_decoder_MatMul")]
-            if len(n.input) > 2:
-                new.append(helper.make_node("Add", [out + "_mm", n.input[2]], [out],
-                                            name="tied_decoder_Add"))
-            del g.node[i]
-            for j, m in enumerate(new):
-                g.node.insert(i + j, m)
-            return w
+            return i
     return None
+
+
+def hide(proto: onnx.ModelProto) -> str | None:
+    """Gemm(h, W, b, transB=1) on the embedding W -> MatMul(h, Transpose(W)) + b, the nodes
+    named so the quantizer can be told to leave them alone (NODES). Returns W, or None when the
+    graph has no tied decoder."""
+    g = proto.graph
+    i = find(proto)
+    if i is None:
+        return None
+    n = g.node[i]
+    w, out = n.input[1], n.output[0]
+    new = [helper.make_node("Transpose", [w], [w + "_tied_T"], perm=[1, 0],
+                            name="tied_decoder_Transpose"),
+           helper.make_node("MatMul", [n.input[0], w + "_tied_T"],
+                            [out + ("_mm" if len(n.input) > 2 else "")],
+                            name="tied_decoder_MatMul")]
+    if len(n.input) > 2:
+        new.append(helper.make_node("Add", [out + "_mm", n.input[2]], [out],
+                                    name="tied_decoder_Add"))
+    del g.node[i]
+    for j, m in enumerate(new):
+        g.node.insert(i + j, m)
+    return w
+
+
+def unhide(proto: onnx.ModelProto) -> None:
+    """Undo `hide` where the embeddings stayed fp32: the decoder is Gemm(h, W, b, transB=1) on
+    the one fp32 W again (a Transpose would be folded into a second copy at session load)."""
+    g = proto.graph
+    idx = {n.name: i for i, n in enumerate(g.node)}
+    t, mm = g.node[idx["tied_decoder_Transpose"]], g.node[idx["tied_decoder_MatMul"]]
+    add = g.node[idx["tied_decoder_Add"]] if "tied_decoder_Add" in idx else None
+    out = add.output[0] if add is not None else mm.output[0]
+    inputs = [mm.input[0], t.input[0]] + ([add.input[1]] if add is not None else [])
+    gemm = helper.make_node("Gemm", inputs, [out], transB=1, name="tied_decoder_Gemm")
+    drop = {"tied_decoder_Transpose", "tied_decoder_MatMul", "tied_decoder_Add"}
+    at = min(idx[n] for n in drop if n in idx)
+    keep = [n for n in g.node if n.name not in drop]
+    del g.node[:]
+    g.node.extend(keep[:at] + [gemm] + keep[at:])
 
 
 def retie(proto: onnx.ModelProto, w: str) -> None:

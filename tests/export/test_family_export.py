@@ -1,0 +1,278 @@
+"""Every family × task exported from a tiny random transformers checkpoint: fused-op counts per
+family, the family's graph inputs, fp32 parity on every output, tied MLM weights stored once, and
+int8 through its agreement gate where a tiny random model passes it.
+
+Tokenizers as the families ship them, trained here in milliseconds: WordPiece (the bundled tiny
+vocab.txt) for BERT, DistilBERT and ELECTRA; byte-level BPE for RoBERTa; Unigram
+(SentencePiece-style) for XLM-R, CamemBERT and ALBERT. fp32 parity feeds ids and does not read
+them; int8's agreement encodes real sentences with them.
+"""
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+import torch
+
+from bertonnx.export import ExportOptions, export_model, fusion, parity, quantize
+from bertonnx.runtime.contract import FP32_ATOL, INPUT_NAMES, MODEL_NAME, hf_class, output_names
+from bertonnx.runtime.errors import CheckFailed
+from bertonnx.runtime.manifest import Manifest
+
+from tests.conftest import BIO, SENTIMENT, TASK_NAMES, make_checkpoint
+
+FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert")
+LAYERS = 2  # tests/conftest.py FAMILY_CONFIGS
+LABELS = {"text-classification": SENTIMENT, "token-classification": BIO}
+# ALBERT with 2 distinct groups of 2 layers, run at 4 depths: 8 layer applications.
+SHARED = dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)
+
+# Graph inputs: token_type_ids only where there is more than one token type (DistilBERT has
+# none; RoBERTa-likes have one, as in Optimum's graphs).
+THREE, TWO = INPUT_NAMES, INPUT_NAMES[:2]
+INPUTS = {"bert": THREE, "distilbert": TWO, "roberta": TWO, "xlm-roberta": TWO,
+          "camembert": TWO, "electra": THREE, "albert": THREE}
+
+
+def expected_ops(family: str, task: str, layers: int = LAYERS) -> dict[str, int]:
+    """The fused graph's op counts (fusion.FUSED_OPS) for a family's task. Every family fuses
+    fully; they differ only in their activations and heads:
+
+    - ALBERT's gelu_new is the tanh approximation: FastGelu where the others have BiasGelu.
+    - fill-mask's head is dense -> GELU (fused with its bias) -> LayerNorm (no residual, so it
+      stays a LayerNormalization) -> the tied decoder.
+    - ELECTRA's classifier applies GELU to a Gemm on the <s> vector, whose bias is inside the
+      Gemm: a bare Gelu.
+    """
+    gelu = "FastGelu" if family == "albert" else "BiasGelu"
+    ops = {"EmbedLayerNormalization": 1, "Attention": layers,
+           "SkipLayerNormalization": 2 * layers, gelu: layers}
+    if task == "fill-mask":
+        ops[gelu] += 1
+        ops["LayerNormalization"] = 1
+    if family == "electra" and task == "text-classification":
+        ops["Gelu"] = 1
+    return ops
+
+
+# --- tokenizers and checkpoints ---------------------------------------------------------------
+
+_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # pad 1, as FAMILY_CONFIGS
+_ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]  # pad 0
+
+
+def _corpus() -> list[str]:
+    from bertonnx.export.texts import QA_PAIRS, SENTENCES
+
+    return list(SENTENCES) + [t for pair in QA_PAIRS for t in pair]
+
+
+def _bpe():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(_corpus(), trainers.BpeTrainer(
+        vocab_size=400, special_tokens=_ROBERTA_SPECIALS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tok, dict(zip(("cls_token", "sep_token", "pad_token", "unk_token", "mask_token"),
+                         ("<s>", "</s>", "<pad>", "<unk>", "<mask>")), bos_token="<s>",
+                     eos_token="</s>", tokenizer_class="RobertaTokenizer")
+
+
+def _unigram(specials: list[str], cls: str, sep: str, pair: str, tokenizer_class: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(_corpus(), trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=specials, unk_token=specials[specials.index(
+            "<unk>")], show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", pair=pair,
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
+    pad, mask = specials[specials.index("<pad>")], specials[-1]
+    return tok, dict(cls_token=cls, sep_token=sep, pad_token=pad, unk_token="<unk>",
+                     mask_token=mask, tokenizer_class=tokenizer_class)
+
+
+def _tokenizer(family: str):
+    """(tokenizers.Tokenizer, tokenizer_config.json) for a non-WordPiece family."""
+    if family == "roberta":
+        return _bpe()
+    if family == "albert":
+        return _unigram(_ALBERT_SPECIALS, "[CLS]", "[SEP]",
+                        "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", "AlbertTokenizer")
+    return _unigram(_ROBERTA_SPECIALS, "<s>", "</s>", "<s> $A </s> </s> $B </s>",
+                    "XLMRobertaTokenizer")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """checkpoint(family, task, **config) -> a tiny random checkpoint with the family's own
+    kind of tokenizer, built once per module."""
+    root = tmp_path_factory.mktemp("family-checkpoints")
+    tokenizers: dict = {}
+    made: dict = {}
+
+    def get(family: str, task: str, **config):
+        key = (family, task, tuple(sorted(config.items())))
+        if key in made:
+            return made[key]
+        folder = root / f"{family}-{task}-{len(made)}"
+        if family in ("bert", "distilbert", "electra"):  # conftest writes the WordPiece vocab
+            made[key] = make_checkpoint(folder, task, model_type=family,
+                                        labels=LABELS.get(task), **config)
+            return made[key]
+        if family not in tokenizers:
+            tokenizers[family] = _tokenizer(family)
+        tok, cfg = tokenizers[family]
+        make_checkpoint(folder, task, model_type=family, labels=LABELS.get(task),
+                        vocab_size=tok.get_vocab_size(), **config)
+        tok.save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps({**cfg, "model_max_length": 64}), encoding="utf-8")
+        made[key] = folder
+        return folder
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, checkpoint):
+    """exported(family, task, quantize="none", **config) -> (folder, manifest), built once."""
+    root = tmp_path_factory.mktemp("family-exports")
+    made: dict = {}
+
+    def get(family: str, task: str, quantize: str = "none", **config):
+        key = (family, task, quantize, tuple(sorted(config.items())))
+        if key not in made:
+            out = root / f"{family}-{task}-{quantize}-{len(made)}"
+            made[key] = (out, export_model(checkpoint(family, task, **config), task, out,
+                                           ExportOptions(quantize=quantize)))
+        return made[key]
+
+    return get
+
+
+GRID = [(f, t) for f in FAMILIES for t in TASK_NAMES]
+
+
+# --- fp32 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family,task", GRID)
+def test_fused_ops_per_family(exported, family, task):
+    folder, manifest = exported(family, task)
+    counts = fusion.fused_counts(onnx.load(str(folder / MODEL_NAME)))
+    assert counts == manifest.fused_ops
+    assert counts == expected_ops(family, task)
+
+
+@pytest.mark.parametrize("family,task", GRID)
+def test_parity_on_every_output(exported, family, task):
+    folder, manifest = exported(family, task)
+    p = manifest.parity
+    assert p["mode"] == "fp32" and p["passed"]
+    assert set(p["max_abs"]) == set(output_names(task))
+    assert all(0 <= v <= FP32_ATOL for v in p["max_abs"].values()), p["max_abs"]
+    # "max" is the longest sequence the position table covers: RoBERTa's positions start
+    # after the padding id, so it is max_position_embeddings - pad_token_id - 1.
+    cfg = json.loads((folder / "config.json").read_text())
+    longest = cfg["max_position_embeddings"]
+    if family in ("roberta", "xlm-roberta", "camembert"):
+        longest -= cfg["pad_token_id"] + 1
+    assert max(s for _, s in p["shapes"]) == longest
+    assert {b for b, _ in p["shapes"]} == {1, 2, 7}
+
+
+@pytest.mark.parametrize("family,task", GRID)
+def test_graph_inputs_and_manifest(exported, family, task):
+    folder, manifest = exported(family, task)
+    g = onnx.load(str(folder / MODEL_NAME)).graph
+    assert tuple(i.name for i in g.input) == INPUTS[family]
+    assert tuple(manifest.inputs) == INPUTS[family]
+    assert [o.name for o in g.output] == list(output_names(task))
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["model_type"] == manifest.config["model_type"] == family
+    assert cfg["architectures"] == [manifest.config["architecture"]] == [hf_class(task, family)]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tied_mlm_weight_stored_once(exported, family):
+    folder, manifest = exported(family, "fill-mask")
+    g = onnx.load(str(folder / MODEL_NAME)).graph
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    tables = [i.name for i in g.initializer if len(i.dims) == 2 and vocab in i.dims]
+    assert len(tables) == 1
+    embed = [n for n in g.node if n.op_type == "EmbedLayerNormalization"]
+    decoder = [n for n in g.node if n.op_type == "Gemm" and tables[0] in n.input]
+    assert embed[0].input[2] == tables[0] and len(decoder) == 1
+
+
+def test_albert_shared_layers_fuse_per_application_and_store_once(exported):
+    folder, manifest = exported("albert", "fill-mask", **SHARED)
+    applications = SHARED["num_hidden_layers"] * SHARED["inner_group_num"]
+    assert manifest.fused_ops == expected_ops("albert", "fill-mask", applications)
+    assert manifest.parity["passed"]
+    g = onnx.load(str(folder / MODEL_NAME)).graph
+    qkv = {n.input[1] for n in g.node if n.op_type == "Attention"}
+    assert len(qkv) == SHARED["num_hidden_groups"] * SHARED["inner_group_num"]  # 4 distinct
+    assert {i.name for i in g.initializer} >= qkv
+
+
+def test_per_layer_follows_albert_schedule(exported, checkpoint):
+    """Nudging one shared layer parts every application of it, and only from its first run."""
+    from bertonnx.build import load_pretrained
+
+    folder, _ = exported("albert", "fill-mask", **SHARED)
+    model = load_pretrained(checkpoint("albert", "fill-mask", **SHARED), "fill-mask")
+    clean = parity.per_layer(model, folder / MODEL_NAME)
+    assert clean["first_parting"] is None
+    assert [r["where"] for r in clean["layers"]] == ["embeddings"] + [
+        f"layer {i} (group {i // 4}.{i % 2})" for i in range(8)]
+    with torch.no_grad():  # group 1, inner layer 0: runs at applications 4 and 6
+        w = model.encoder.layers[1][0].ffn.down.weight
+        w.add_(0.05 * torch.randn(w.shape, generator=torch.Generator().manual_seed(0)))
+    rows = {r["where"]: r["max_abs"] for r in parity.per_layer(model, folder / MODEL_NAME)[
+        "layers"]}
+    assert all(rows[f"layer {i} (group 0.{i % 2})"] <= FP32_ATOL for i in range(4))
+    assert rows["layer 4 (group 1.0)"] > FP32_ATOL
+
+
+# --- int8 ----------------------------------------------------------------------------------
+
+INT8 = [(f, t) for f in ("bert", "distilbert", "roberta")
+        for t in ("fill-mask", "text-classification")]
+
+
+@pytest.mark.parametrize("family,task", INT8)
+def test_int8_passes_the_agreement_gate(exported, family, task):
+    folder, manifest = exported(family, task, "int8")
+    assert manifest.parity["mode"] == "int8" and manifest.parity["passed"]
+    assert manifest.fused_ops["QAttention"] == LAYERS
+    g = onnx.load(str(folder / MODEL_NAME)).graph
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+    tables = [i for i in g.initializer if len(i.dims) == 2 and vocab in i.dims]
+    assert len(tables) == 1  # the word table, once, whatever reads it
+    embed = [n for n in g.node if n.op_type.endswith("EmbedLayerNormalization")]
+    if family == "roberta":
+        # Its computed position ids have no QEmbedLayerNormalization input: fp32, ids kept.
+        assert embed[0].op_type == "EmbedLayerNormalization" and embed[0].input[8]
+        assert tables[0].data_type == onnx.TensorProto.FLOAT
+    else:
+        assert embed[0].op_type == "QEmbedLayerNormalization"
+        assert tables[0].data_type == onnx.TensorProto.UINT8
+
+
+def test_roberta_int8_needs_its_position_ids(checkpoint, tmp_path, monkeypatch):
+    """Why quantize keeps RoBERTa's embeddings fp32: quantized, they lose the position ids
+    (positions restart at 0) and the agreement gate refuses the graph."""
+    monkeypatch.setattr(quantize, "_positioned_embeddings", lambda proto: [])
+    with pytest.raises(CheckFailed, match="int8 refused"):
+        export_model(checkpoint("roberta", "feature-extraction"), "feature-extraction",
+                     tmp_path / "q", ExportOptions(quantize="int8"))
+
