@@ -57,7 +57,8 @@ class TextTokenizer:
                  pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
                  bos_token=None, eos_token=None, model_max_length: int | None = None,
                  files: dict[str, bytes] | None = None, config: dict | None = None,
-                 family: str = "BertTokenizer", model_input_names: list[str] | None = None):
+                 family: str = "BertTokenizer", model_input_names: list[str] | None = None,
+                 clean_up_tokenization_spaces: bool = False):
         self.backend = backend
         self.config = config or {}  # tokenizer_config.json as read (empty when absent)
         self.family = family
@@ -67,6 +68,8 @@ class TextTokenizer:
         self.mask_token, self.unk_token = mask_token, unk_token
         self.bos_token, self.eos_token = bos_token, eos_token
         self.model_max_length = model_max_length
+        # whether transformers' decode() cleans spaces before punctuation for this folder
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self._files = files or {}
         self.vocab_size = backend.get_vocab_size()
         # token_to_id, not get_vocab(): building the 30k-entry dict costs a cold start ~25 ms
@@ -112,8 +115,12 @@ class TextTokenizer:
         if not isinstance(max_len, int) or max_len > 1_000_000:
             max_len = None  # transformers writes 1e30 for "unknown"
         names = cfg.get("model_input_names") or family.model_input_names
+        # a slow class's default reaches the fast one converted from it (BertTokenizer: True)
+        cleanup = cfg.get("clean_up_tokenization_spaces",
+                          family.slow_cleanup and "tokenizer.json" not in files)
         return cls(backend, model_max_length=max_len, files=files, config=cfg,
                    family=family.name, model_input_names=list(names),
+                   clean_up_tokenization_spaces=bool(cleanup),
                    **{a: None if t is None else t.content for a, t in specials.items()
                       if a in fam.SPECIAL_ATTRIBUTES})
 

@@ -52,6 +52,8 @@ class Family:
     slow: str = "vocab.txt"         # the slow tokenizer's vocabulary file
     # flags the slow class gives a str special token (they reach the fast one it converts to)
     slow_flags: dict = field(default_factory=dict, hash=False)
+    # the slow class's clean_up_tokenization_spaces default (the fast classes' is False)
+    slow_cleanup: bool = False
 
     @property
     def model_input_names(self) -> list[str]:
@@ -61,9 +63,10 @@ class Family:
 
 _LSTRIP = {"lstrip": True, "rstrip": False, "normalized": False}
 FAMILIES = (
-    Family("BertTokenizer", ("bert",), _BERT, bert_normalizer=True),
-    Family("DistilBertTokenizer", ("distilbert",), _BERT, token_types=False, bert_normalizer=True),
-    Family("ElectraTokenizer", ("electra",), _BERT, bert_normalizer=True),
+    Family("BertTokenizer", ("bert",), _BERT, bert_normalizer=True, slow_cleanup=True),
+    Family("DistilBertTokenizer", ("distilbert",), _BERT, token_types=False, bert_normalizer=True,
+           slow_cleanup=True),
+    Family("ElectraTokenizer", ("electra",), _BERT, bert_normalizer=True, slow_cleanup=True),
     Family("RobertaTokenizer", ("roberta",), _ROBERTA, _LSTRIP, token_types=False,
            roberta_processor=True, slow="vocab.json",
            slow_flags={"lstrip": False, "rstrip": False, "normalized": True}),
@@ -117,8 +120,10 @@ def _token(value, flags: dict | None = None) -> AddedToken | None:
     if value is None:
         return None
     if isinstance(value, dict):
-        return AddedToken(str(value["content"]), **{k: bool(value[k]) for k in _FLAGS
-                                                      if k in value})
+        if not isinstance(value.get("content"), str):
+            raise ArtifactError(f"a saved token has no content: {value}",
+                                "restore tokenizer_config.json / special_tokens_map.json")
+        return AddedToken(value["content"], **{k: bool(value[k]) for k in _FLAGS if k in value})
     return AddedToken(str(value), **(flags or {"special": True}))
 
 
@@ -154,8 +159,15 @@ def add_missing_tokens(backend: Tokenizer, cfg: dict, specials: dict,
     names = {t.content for t in special}
     decoder = cfg.get("added_tokens_decoder")
     if isinstance(decoder, dict):
-        entries = [_token(v) for _, v in sorted(decoder.items(), key=lambda kv: int(kv[0]))]
+        ids = {k: int(k) if str(k).isdigit() else -1 for k in decoder}
+        if -1 in ids.values():
+            raise ArtifactError("tokenizer_config.json's added_tokens_decoder has a key that is "
+                                "not a token id", "restore the file")
+        entries = [_token(decoder[k]) for k in sorted(decoder, key=ids.get)]
     else:  # legacy: added_tokens.json maps token -> id; normalized unless special
+        if not all(isinstance(i, int) for i in legacy_added.values()):
+            raise ArtifactError("added_tokens.json maps a token to something not an id",
+                                "restore the file")
         entries = [AddedToken(t, normalized=t not in names, special=t in names)
                    for t, _ in sorted(legacy_added.items(), key=lambda kv: kv[1])]
     # get_added_tokens_decoder holds only the added tokens: cheap, unlike get_vocab()

@@ -188,6 +188,7 @@ def compare(folder: Path, expect_class: str):
         assert getattr(ours, f"{name}_id") == getattr(ref, f"{name}_id"), name
     assert ours.vocab_size == len(ref)
     assert ours.model_input_names == ref.model_input_names
+    assert ours.clean_up_tokenization_spaces == ref.clean_up_tokenization_spaces
     assert ours.model_max_length is None or ours.model_max_length == ref.model_max_length
     added = {i: repr(t) for i, t in ours.backend.get_added_tokens_decoder().items()}
     assert added == {i: repr(t) for i, t in ref.backend_tokenizer.get_added_tokens_decoder().items()}
