@@ -138,6 +138,18 @@ class TextTokenizer:
             t if p is None else (t, p) for t, p in zip(texts, pairs, strict=True)]
         return [self._wrap(e) for e in self.backend.encode_batch(batch)]
 
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """How many special tokens encode() adds: BERT's pair 3, RoBERTa's and XLM-R's 4."""
+        post = self.backend.post_processor
+        return 0 if post is None else post.num_special_tokens_to_add(pair)
+
+    @property
+    def continuing_subword_prefix(self) -> str | None:
+        """WordPiece's "##", which marks a token that continues a word; None for byte-level BPE
+        and Unigram, whose word starts carry a space marker (Ġ, ▁) instead (transformers' NER
+        then tells words apart by the spaces in the text)."""
+        return getattr(self.backend.model, "continuing_subword_prefix", None) or None
+
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
 

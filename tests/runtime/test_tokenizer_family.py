@@ -180,8 +180,9 @@ def compare(folder: Path, expect_class: str):
                                                   clean_up_tokenization_spaces=False), case
         assert ours.decode(got.ids, skip_special_tokens=False) == ref.decode(
             want["input_ids"], clean_up_tokenization_spaces=False), case
-    batch = ours.encode_batch([a for a, _ in pairs] + texts[:3], [b for _, b in pairs] + [None] * 3)
-    want = ref([a for a, _ in pairs], [b for _, b in pairs])["input_ids"] + ref(texts[:3])["input_ids"]
+    firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    batch = ours.encode_batch(firsts + texts[:3], seconds + [None] * 3)  # pairs and singles
+    want = ref(firsts, seconds)["input_ids"] + ref(texts[:3])["input_ids"]
     assert [e.ids for e in batch] == want
     for name in SPECIAL_NAMES:
         assert getattr(ours, name) == getattr(ref, name), name
@@ -189,9 +190,15 @@ def compare(folder: Path, expect_class: str):
     assert ours.vocab_size == len(ref)
     assert ours.model_input_names == ref.model_input_names
     assert ours.clean_up_tokenization_spaces == ref.clean_up_tokenization_spaces
+    for pair in (False, True):
+        assert ours.num_special_tokens_to_add(pair) == ref.num_special_tokens_to_add(pair=pair)
+    # transformers' NER: a model prefix means real sub-words, none means the space heuristic
+    assert bool(ours.continuing_subword_prefix) == bool(getattr(
+        ref.backend_tokenizer.model, "continuing_subword_prefix", None))
     assert ours.model_max_length is None or ours.model_max_length == ref.model_max_length
-    added = {i: repr(t) for i, t in ours.backend.get_added_tokens_decoder().items()}
-    assert added == {i: repr(t) for i, t in ref.backend_tokenizer.get_added_tokens_decoder().items()}
+    added = ref.backend_tokenizer.get_added_tokens_decoder()
+    assert {i: repr(t) for i, t in ours.backend.get_added_tokens_decoder().items()} == {
+        i: repr(t) for i, t in added.items()}  # ids, texts and flags (lstrip, normalized...)
     enc = ours.encode(texts[7], pairs[0][0])
     for tok, i in zip(enc.tokens, enc.ids):
         if i != ours.unk_token_id:  # an unknown piece's token is its text, which has no id
@@ -207,6 +214,7 @@ def compare(folder: Path, expect_class: str):
 def test_saved_folder(saved, name):
     ours = compare(saved(name), FAMILIES[name][0])
     marker = {"roberta": "Ġ", "xlm-roberta": "▁", "camembert": "▁", "albert": "▁"}.get(name, "##")
+    assert (ours.continuing_subword_prefix == "##") == (marker == "##")
     tokens = [t for text in TEXTS for t in ours.encode(text).tokens]
     assert any(marker in t for t in tokens)  # the space / continuation markers are exercised
     # byte-level BPE has no unknown: every byte is in its alphabet
