@@ -11,6 +11,8 @@ Torch-free: shared by build, export and runtime.
 """
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +169,14 @@ class TextTokenizer:
             (out / name).write_bytes(data)
         if "tokenizer.json" not in self._files:
             self.backend.save(str(out / "tokenizer.json"))
+            if "clean_up_tokenization_spaces" not in self.config:
+                # the slow class's default held because there was no tokenizer.json; with one
+                # the fast default (False) would, so the choice is written down, as
+                # transformers' save_pretrained does
+                cfg = {**self.config,
+                       "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces}
+                (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n",
+                                                           encoding="utf-8")
 
 
 # the name build/, export and the pipelines import (it read WordPiece only, once)

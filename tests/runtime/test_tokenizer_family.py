@@ -17,21 +17,12 @@ from pathlib import Path
 
 import pytest
 import transformers
-from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
-                        processors, trainers)
-from tokenizers.implementations import ByteLevelBPETokenizer
 
 from bertonnx.runtime.errors import ArtifactError
 from bertonnx.runtime.tokenizer import TOKENIZER_FILES, load_tokenizer
 
-CORPUS = [
-    "The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.",
-    "The cat sat on the mat, and the dog sat on the rug.", "Hello, world! Don't stop believing.",
-    "Café crème brûlée, naïve façade: Zürich, São Paulo, Ångström.", "北京欢迎你 and 東京 too",
-    "She sells sea shells by the sea shore; they're really nice.", "ÀÉÎÕÜ àéîõü ñ ç ß ø",
-    "What is the capital of Germany? Berlin is the capital of Germany.", "100% of $9 is 9 dollars",
-    "Mixed CASE words Like iPhone and McDonald's", "emoji 🙂 and ☃ snow", "\"quoted\" ``text'' here",
-] * 8
+from tests.family_tokenizers import FAMILIES
+
 TEXTS = [
     "", " ", "   ", "Hello, world!", "hello world", "HELLO   WORLD", " Hello world  ",
     "The café's crème brûlée costs €5.50 — naïve?", "ÀÉÎÕÜ àéîõü Ångström São Paulo Zürich",
@@ -44,84 +35,8 @@ TEXTS = [
 PAIRS = [("What is the capital?", "Paris is the capital of France."), ("", "only second"),
          ("héllo  wörld", "  中文 text "), ("The {mask} sat.", "On the mat."), (" ", " ")]
 SPECIAL_NAMES = ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token")
-ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
-# --- tiny tokenizers as transformers' converters build them -----------------------------------
-
-def bpe() -> Tokenizer:
-    """RoBERTa: byte-level BPE, RobertaProcessing (RobertaConverter)."""
-    trainer = ByteLevelBPETokenizer()
-    trainer.train_from_iterator(CORPUS, vocab_size=400, min_frequency=2,
-                                special_tokens=ROBERTA_SPECIALS, show_progress=False)
-    tok = trainer._tokenizer
-    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    return tok
-
-
-def unigram(specials: list[str], norm: list, single: str, pair: str, cls_sep: tuple) -> Tokenizer:
-    """A SentencePiece Unigram model with `▁` (SpmConverter and the family's subclass)."""
-    tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.Sequence(norm)
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(
-        vocab_size=250, special_tokens=specials, unk_token="<unk>", show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(
-        single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in cls_sep])
-    return tok
-
-
-# NFKC stands in for the real models' precompiled nmt_nfkc charsmap
-SPM_NORM = [normalizers.NFKC(), normalizers.Strip(left=False, right=True),
-            normalizers.Replace(Regex(" {2,}"), "▁")]
-ALBERT_NORM = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(),
-               normalizers.StripAccents(), normalizers.Lowercase(), normalizers.NFKC(),
-               normalizers.Replace(Regex(" {2,}"), " ")]
-
-
-def xlmr() -> Tokenizer:
-    return unigram(ROBERTA_SPECIALS, SPM_NORM, "<s> $A </s>", "<s> $A </s> </s> $B </s>",
-                   ("<s>", "</s>"))
-
-
-def camembert() -> Tokenizer:
-    specials = ["<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>", "<unk>NOTUSED", "<s>", "</s>",
-                "<mask>"]
-    return unigram(specials, SPM_NORM, "<s> $A </s>", "<s> $A </s> </s> $B </s>",
-                   ("<s>", "</s>"))
-
-
-def albert() -> Tokenizer:
-    return unigram(["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"], ALBERT_NORM,
-                   "[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", ("[CLS]", "[SEP]"))
-
-
-def wordpiece(lower: bool) -> Tokenizer:
-    """BertConverter's pipeline on a trained WordPiece vocabulary."""
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lower)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(
-        vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-        show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return tok
-
-
-# name -> (transformers class, its backend, its keyword arguments)
-FAMILIES = {
-    "roberta": ("RobertaTokenizerFast", bpe, {}),
-    "xlm-roberta": ("XLMRobertaTokenizerFast", xlmr, {}),
-    "camembert": ("CamembertTokenizerFast", camembert, {}),
-    "albert": ("AlbertTokenizerFast", albert, {}),
-    "bert": ("BertTokenizerFast", lambda: wordpiece(False), {"do_lower_case": False}),
-    "distilbert": ("DistilBertTokenizerFast", lambda: wordpiece(True), {}),
-    "electra": ("ElectraTokenizerFast", lambda: wordpiece(True), {"strip_accents": False}),
-}
 MODEL_TYPE = {"roberta": "roberta", "xlm-roberta": "xlm-roberta", "camembert": "camembert",
               "albert": "albert", "bert": "bert", "distilbert": "distilbert", "electra": "electra"}
 
