@@ -133,6 +133,16 @@ def _remove_stale_partials(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def partial_folder(out: Path) -> Path:
+    """A fresh hidden sibling of `out` to build in (renamed to `out` when complete), after
+    deleting those that killed exports left (their pid is in the name)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(out)
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    return tmp
+
+
 def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: str | Path,
                  options: ExportOptions = ExportOptions(), *,
                  progress: Callable[[str], None] | None = None) -> Manifest:
@@ -150,10 +160,7 @@ def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: st
                             "that bertonnx.build.load_checkpoint returns")
     tokenizer = load_tokenizer(tok_dir)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
+    tmp = partial_folder(out)
     try:
         source = (loaded.source_dir or "") if in_memory else model
         manifest = _build(loaded.model, task, tmp, options, tokenizer, say, source=str(source))

@@ -58,6 +58,35 @@ def export(model, task, out, opset, optimize, quantize, force, no_parity, tokeni
     click.echo(summary_line(manifest.parity))
 
 
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Export folder.")
+@click.option("--task", type=click.Choice(EXPORT_TASKS), default=None,
+              help="What the graph answers [default: from config.json's architectures].")
+@click.option("--quantize", type=click.Choice(list(PRECISIONS)), default="none",
+              show_default=True, help="Convert the (fused) graph as `export --quantize` does.")
+@click.option("--optimize/--no-optimize", default=True, show_default=True,
+              help="Fuse with onnxruntime's BERT optimizer where the graph allows.")
+@click.option("--reference", default=None,
+              help="The checkpoint the graph was made from: parity is checked against it.")
+@click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def adopt(folder, out, task, quantize, optimize, reference, force, as_json):
+    """Turn FOLDER, exported by Optimum or for transformers.js, into a verified export."""
+    from .adopt import AdoptOptions, adopt as run_adopt
+
+    manifest = run_adopt(folder, out, AdoptOptions(task=task, quantize=quantize,
+                                                   optimize=optimize, reference=reference,
+                                                   force=force), progress=_progress)
+    if as_json:
+        click.echo(manifest.to_json(), nl=False)
+        return
+    click.echo(f"adopted {folder} as a {manifest.task} export in {out} "
+               f"(quantization {manifest.quantization['mode']})")
+    click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
+    click.echo(summary_line(manifest.parity))
+
 @click.command()
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--reference", required=True, help="The checkpoint the export came from.")

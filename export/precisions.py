@@ -128,7 +128,7 @@ def precision(name: str) -> Precision:
 
 def summary_line(figures: dict) -> str:
     """One line summarising a parity report of any precision."""
-    if not figures:
-        return "parity: not checked"
+    if "passed" not in figures:  # never judged (--no-parity, or adopted without a reference)
+        return f"parity: {figures.get('note', 'not checked')}"
     by_mode = {p.report_mode: p for p in PRECISIONS.values()}
     return by_mode[figures.get("mode", "fp16")].summary(figures)

@@ -100,6 +100,23 @@ PRETRAINING_ARCHITECTURES = MappingProxyType({
     "ElectraForPreTraining": "feature-extraction"})
 
 
+# Families whose position ids count from pad_token_id + 1 (RoBERTa's
+# create_position_ids_from_input_ids; build/families.py's positions_from_padding).
+POSITIONS_FROM_PADDING = frozenset({"roberta", "xlm-roberta", "camembert"})
+
+
+def usable_positions(config: dict) -> int | None:
+    """How many tokens a sequence of the model may hold, from its config.json: the position
+    table's size, less the padding offset where the family has one (514 -> 512)."""
+    n = config.get("max_position_embeddings")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return None
+    if config.get("model_type") in POSITIONS_FROM_PADDING:
+        pad = config.get("pad_token_id")
+        n -= (pad if isinstance(pad, int) else 1) + 1
+    return n
+
+
 def hf_class(task: str, model_type: str = "bert") -> str:
     """The transformers class of `task` in a family, e.g. ("fill-mask", "roberta") ->
     RobertaForMaskedLM."""

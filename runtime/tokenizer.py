@@ -1,22 +1,30 @@
-"""WordPiece tokenizer on the `tokenizers` library, with transformers' BertTokenizerFast rules.
+"""The BERT family's tokenizers on the `tokenizers` library, with transformers' fast-class rules.
 
-From tokenizer.json when present, else built from vocab.txt + tokenizer_config.json exactly as
-transformers' `BertConverter` does; in both cases tokenizer_config's do_lower_case /
-strip_accents / tokenize_chinese_chars win over the file's normalizer (BertTokenizerFast does
-the same in its __init__). Torch-free: shared by build, export and runtime.
+WordPiece (BERT, DistilBERT, ELECTRA), byte-level BPE (RoBERTa, `Ġ`) and SentencePiece Unigram
+(ALBERT, XLM-R, CamemBERT, `▁`). From tokenizer.json when present, else from the slow files
+transformers converts in pure Python: vocab.txt (`BertConverter`), vocab.json + merges.txt
+(`RobertaConverter`). A SentencePiece model alone (spiece.model, sentencepiece.bpe.model) needs
+the sentencepiece package to convert, which the runtime does not carry: that folder must hold
+tokenizer.json, and the error says how to write it. tokenizer_config.json wins over the files as
+in the classes' __init__ (tokenizer_families.py holds those rules, one row per class).
+Torch-free: shared by build, export and runtime.
 """
 from __future__ import annotations
+
+import json
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer
 
+from . import tokenizer_families as fam
 from .errors import ArtifactError, InputError
 from .files import read_json_object
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                   "special_tokens_map.json")
+# Every file a tokenizer may be read from: build/save.py, export and the benchmark copy by it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt", *fam.SPM_FILES)
 
 
 @dataclass(frozen=True)
@@ -32,106 +40,91 @@ def _read_json(path: Path) -> dict:
     return read_json_object(path, "restore the file") if path.is_file() else {}
 
 
-def _special(cfg: dict, specials: dict, name: str, default: str) -> str:
-    v = cfg.get(name) or specials.get(name) or default
-    return v["content"] if isinstance(v, dict) else v
+def _backend_from_json(folder: Path, data: bytes) -> Tokenizer:
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:
+        raise ArtifactError(f"{folder / 'tokenizer.json'} cannot be read ({e})",
+                            "restore the file or remove it to use the vocabulary files") from e
 
 
-def _normalizer(cfg: dict) -> normalizers.BertNormalizer:
-    lower = cfg.get("do_lower_case", True)
-    return normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=cfg.get("tokenize_chinese_chars", True),
-        strip_accents=cfg.get("strip_accents"), lowercase=lower)
+class TextTokenizer:
+    """A BERT-family tokenizer: `encode(text, pair)` gives ids, type ids, mask and char offsets.
 
-
-class WordPieceTokenizer:
-    """A BERT tokenizer: `encode(text, pair)` gives ids, type ids, mask and char offsets."""
+    `family` names the transformers class whose rules it follows (e.g. "RobertaTokenizer");
+    `model_input_names` are that class's (RoBERTa, XLM-R and DistilBERT take no token types:
+    their `type_ids` are what the backend gives, which such a model is never fed)."""
 
     def __init__(self, backend: Tokenizer, *, cls_token="[CLS]", sep_token="[SEP]",
                  pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]",
-                 model_max_length: int | None = None, files: dict[str, bytes] | None = None,
-                 config: dict | None = None):
+                 bos_token=None, eos_token=None, model_max_length: int | None = None,
+                 files: dict[str, bytes] | None = None, config: dict | None = None,
+                 family: str = "BertTokenizer", model_input_names: list[str] | None = None,
+                 clean_up_tokenization_spaces: bool = False):
         self.backend = backend
         self.config = config or {}  # tokenizer_config.json as read (empty when absent)
+        self.family = family
+        self.model_input_names = model_input_names or ["input_ids", "token_type_ids",
+                                                       "attention_mask"]
         self.cls_token, self.sep_token, self.pad_token = cls_token, sep_token, pad_token
         self.mask_token, self.unk_token = mask_token, unk_token
+        self.bos_token, self.eos_token = bos_token, eos_token
         self.model_max_length = model_max_length
+        # whether transformers' decode() cleans spaces before punctuation for this folder
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self._files = files or {}
         self.vocab_size = backend.get_vocab_size()
         # token_to_id, not get_vocab(): building the 30k-entry dict costs a cold start ~25 ms
-        self.cls_token_id = backend.token_to_id(cls_token)
-        self.sep_token_id = backend.token_to_id(sep_token)
-        pad_id = backend.token_to_id(pad_token)
+        self.cls_token_id = self._id(cls_token)
+        self.sep_token_id = self._id(sep_token)
+        pad_id = self._id(pad_token)
         self.pad_token_id = 0 if pad_id is None else pad_id
-        self.mask_token_id = backend.token_to_id(mask_token)
-        self.unk_token_id = backend.token_to_id(unk_token)
+        self.mask_token_id = self._id(mask_token)
+        self.unk_token_id = self._id(unk_token)
         backend.no_truncation()
         backend.no_padding()
 
+    def _id(self, token: str | None) -> int | None:
+        return None if token is None else self.backend.token_to_id(token)
+
     @classmethod
-    def from_dir(cls, path: str | Path) -> "WordPieceTokenizer":
+    def from_dir(cls, path: str | Path) -> "TextTokenizer":
         folder = Path(path)
         if not folder.is_dir():
             raise ArtifactError(f"tokenizer folder {folder} does not exist", "check the path")
         cfg = _read_json(folder / "tokenizer_config.json")
-        specials = _read_json(folder / "special_tokens_map.json")
-        tok = {n: _special(cfg, specials, n, d) for n, d in (
-            ("cls_token", "[CLS]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
-            ("mask_token", "[MASK]"), ("unk_token", "[UNK]"))}
+        special_map = _read_json(folder / "special_tokens_map.json")
+        legacy_added = _read_json(folder / "added_tokens.json")
         files = {n: (folder / n).read_bytes() for n in TOKENIZER_FILES if (folder / n).is_file()}
+        declared = fam.declared_family(folder, cfg, _read_json)
         if "tokenizer.json" in files:
-            try:
-                text = files["tokenizer.json"].decode("utf-8")
-                backend = Tokenizer.from_str(text)
-            except Exception as e:
-                raise ArtifactError(f"{folder / 'tokenizer.json'} cannot be read ({e})",
-                                    "restore the file or remove it to use vocab.txt") from e
-            # the file's own normalizer settings, read off the backend (parsing the JSON again
-            # would cost a cold start ~25 ms)
-            norm = backend.normalizer
-            if isinstance(norm, normalizers.BertNormalizer) and any(
-                    k in cfg and cfg[k] != getattr(norm, n) for k, n in (
-                        ("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
-                        ("tokenize_chinese_chars", "handle_chinese_chars"))):
-                backend.normalizer = _normalizer({**{
-                    "do_lower_case": norm.lowercase, "strip_accents": norm.strip_accents,
-                    "tokenize_chinese_chars": norm.handle_chinese_chars}, **cfg})
-        elif (folder / "vocab.txt").is_file():
-            backend = cls._from_vocab(folder / "vocab.txt", cfg, tok)
+            backend = _backend_from_json(folder, files["tokenizer.json"])
+            family = declared or fam.guessed_family(type(backend.model).__name__,
+                                                    backend.token_to_id("[CLS]") is not None)
+            specials = fam.special_tokens(family, cfg, special_map)
         else:
-            raise ArtifactError(f"no tokenizer.json or vocab.txt in {folder}",
-                                "copy the tokenizer files next to the model")
+            slow = fam.slow_file(declared, files)
+            if slow is None:
+                raise ArtifactError(f"no tokenizer.json or vocab.txt (nor vocab.json + "
+                                    f"merges.txt) in {folder}",
+                                    "copy the tokenizer files next to the model")
+            family = declared or fam.guessed_family(slow, has_cls=False)
+            specials = fam.special_tokens(family, cfg, special_map, slow=True)
+            backend = fam.from_slow_file(folder / slow, cfg, specials, legacy_added)
+        fam.apply_config(backend, cfg, declared)
+        fam.add_missing_tokens(backend, cfg, specials, legacy_added)
         max_len = cfg.get("model_max_length")
         if not isinstance(max_len, int) or max_len > 1_000_000:
             max_len = None  # transformers writes 1e30 for "unknown"
-        return cls(backend, model_max_length=max_len, files=files, config=cfg, **tok)
-
-    @staticmethod
-    def _from_vocab(vocab_file: Path, cfg: dict, tok: dict) -> Tokenizer:
-        vocab = {}
-        try:
-            with open(vocab_file, encoding="utf-8") as f:
-                for i, line in enumerate(f):
-                    vocab.setdefault(line.rstrip("\n"), i)
-        except UnicodeDecodeError as e:
-            raise ArtifactError(f"{vocab_file} is not UTF-8 ({e.reason} at byte {e.start})",
-                                "restore the file (BERT vocab files are UTF-8)") from e
-        for name in ("cls_token", "sep_token", "unk_token"):
-            if tok[name] not in vocab:
-                raise ArtifactError(f"{vocab_file} lacks the special token {tok[name]}",
-                                    "use a BERT vocab.txt")
-        backend = Tokenizer(models.WordPiece(vocab, unk_token=tok["unk_token"],
-                                             max_input_chars_per_word=100))
-        backend.normalizer = _normalizer(cfg)
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        cls_, sep = tok["cls_token"], tok["sep_token"]
-        backend.post_processor = processors.TemplateProcessing(
-            single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-            special_tokens=[(cls_, vocab[cls_]), (sep, vocab[sep])])
-        backend.decoder = decoders.WordPiece(prefix="##")
-        specials = [t for t in tok.values() if t in vocab]
-        backend.add_special_tokens(specials)
-        return backend
+        names = cfg.get("model_input_names") or family.model_input_names
+        # a slow class's default reaches the fast one converted from it (BertTokenizer: True)
+        cleanup = cfg.get("clean_up_tokenization_spaces",
+                          family.slow_cleanup and "tokenizer.json" not in files)
+        return cls(backend, model_max_length=max_len, files=files, config=cfg,
+                   family=family.name, model_input_names=list(names),
+                   clean_up_tokenization_spaces=bool(cleanup),
+                   **{a: None if t is None else t.content for a, t in specials.items()
+                      if a in fam.SPECIAL_ATTRIBUTES})
 
     def _wrap(self, e) -> Encoding:
         return Encoding(e.ids, e.type_ids, e.attention_mask, e.offsets, e.tokens)
@@ -146,6 +139,18 @@ class WordPieceTokenizer:
         batch = list(texts) if pairs is None else [
             t if p is None else (t, p) for t, p in zip(texts, pairs, strict=True)]
         return [self._wrap(e) for e in self.backend.encode_batch(batch)]
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """How many special tokens encode() adds: BERT's pair 3, RoBERTa's and XLM-R's 4."""
+        post = self.backend.post_processor
+        return 0 if post is None else post.num_special_tokens_to_add(pair)
+
+    @property
+    def continuing_subword_prefix(self) -> str | None:
+        """WordPiece's "##", which marks a token that continues a word; None for byte-level BPE
+        and Unigram, whose word starts carry a space marker (Ġ, ▁) instead (transformers' NER
+        then tells words apart by the spaces in the text)."""
+        return getattr(self.backend.model, "continuing_subword_prefix", None) or None
 
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
@@ -164,10 +169,22 @@ class WordPieceTokenizer:
             (out / name).write_bytes(data)
         if "tokenizer.json" not in self._files:
             self.backend.save(str(out / "tokenizer.json"))
+            if "clean_up_tokenization_spaces" not in self.config:
+                # the slow class's default held because there was no tokenizer.json; with one
+                # the fast default (False) would, so the choice is written down, as
+                # transformers' save_pretrained does
+                cfg = {**self.config,
+                       "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces}
+                (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n",
+                                                           encoding="utf-8")
 
 
-def load_tokenizer(path: str | Path) -> WordPieceTokenizer:
+# the name build/, export and the pipelines import (it read WordPiece only, once)
+WordPieceTokenizer = TextTokenizer
+
+
+def load_tokenizer(path: str | Path) -> TextTokenizer:
     """The tokenizer of a model or export folder (`default`: the default checkpoint's)."""
     from .defaults import resolve_checkpoint
 
-    return WordPieceTokenizer.from_dir(resolve_checkpoint(path))
+    return TextTokenizer.from_dir(resolve_checkpoint(path))

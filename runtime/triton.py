@@ -23,6 +23,7 @@ from pathlib import Path
 from .atomic import replace_folder
 from .contract import INPUT_AXES, INPUT_NAMES, MODEL_NAME, TASKS
 from .errors import ArtifactError, InputError
+from .foreign import read_foreign
 from .manifest import Manifest
 
 # onnxruntime's type strings -> Triton's DataType enum names (model_config.proto).
@@ -169,6 +170,11 @@ def write_repository(export_dir: str | Path, repository: str | Path,
                   opts: TritonOptions = TritonOptions()) -> Path:
     """Write REPO/NAME/{config.pbtxt, 1/model.onnx}; returns REPO/NAME."""
     export_dir = Path(export_dir)
+    if (foreign := read_foreign(export_dir)) is not None:
+        # a deployment artifact gets a verified graph: the file hashes and parity come first
+        raise ArtifactError(f"{export_dir} was made elsewhere ({foreign.layout} layout) and "
+                            "has no manifest", f"bertonnx adopt {export_dir} --out DIR "
+                            "--reference MODEL, then export-triton DIR")
     manifest = Manifest.read(export_dir, verify=True)
     name = opts.name or export_dir.resolve().name
     if not _NAME.match(name):

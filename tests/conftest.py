@@ -60,11 +60,13 @@ river music film game play team school water light word name city world movie lo
 VOCAB: list[str] = SPECIALS + list(dict.fromkeys(_WORDS))
 
 
-def write_vocab(folder: Path, tokens: list[str] = VOCAB, *, lower: bool = True) -> Path:
-    """vocab.txt + tokenizer_config.json (BertTokenizer's keys) in `folder`; returns it."""
+def write_vocab(folder: Path, tokens: list[str] = VOCAB, *, lower: bool = True,
+                tokenizer_class: str = "BertTokenizer") -> Path:
+    """vocab.txt + tokenizer_config.json (BertTokenizer's keys; DistilBertTokenizer and
+    ElectraTokenizer read the same) in `folder`; returns it."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    cfg = {"tokenizer_class": "BertTokenizer", "do_lower_case": lower, "strip_accents": None,
+    cfg = {"tokenizer_class": tokenizer_class, "do_lower_case": lower, "strip_accents": None,
            "tokenize_chinese_chars": True, "model_max_length": 512}
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return folder
@@ -136,7 +138,8 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
     `labels` sets id2label/label2id; `vocab` pads the tiny vocab with [unusedN] entries up to
     that size; `config` overrides the family's config fields in its own names (DistilBERT's
     `dim`, `n_layers`; defaults in FAMILY_CONFIGS). With `tokenizer`, the WordPiece families
-    (BERT, DistilBERT, ELECTRA) get the tiny vocab.txt.
+    (BERT, DistilBERT, ELECTRA) get the tiny vocab.txt, the others the family's own tokenizer
+    trained here (tests/family_tokenizers.py), the vocabulary sized to it.
     """
     import torch
     import transformers
@@ -145,7 +148,14 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
     from bertonnx.runtime.contract import hf_class as family_class
 
     tokens = VOCAB + [f"[unused{i}]" for i in range(max(0, (vocab or 0) - len(VOCAB)))]
-    defaults = {**FAMILY_CONFIGS[model_type], "vocab_size": len(tokens)}
+    # BPE / Unigram families get their own trained tokenizer, and a vocabulary its size
+    fast = None
+    if tokenizer and model_type not in WORDPIECE_FAMILIES:
+        from tests.family_tokenizers import fast_tokenizer
+
+        fast = fast_tokenizer(model_type)
+    defaults = {**FAMILY_CONFIGS[model_type],
+                "vocab_size": len(tokens) if fast is None else len(fast)}
     if labels is not None:
         defaults.update(id2label=labels, label2id={v: k for k, v in labels.items()})
     if hf_class is None:  # pretraining is a BERT-only task without a runtime contract
@@ -156,8 +166,12 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
         transformers.AutoConfig.for_model(model_type, **{**defaults, **config})).eval()
     perturb_(model, seed)
     model.save_pretrained(folder)
-    if tokenizer and model_type in WORDPIECE_FAMILIES:
-        write_vocab(folder, tokens)
+    if fast is not None:
+        fast.save_pretrained(folder)
+    elif tokenizer:
+        from bertonnx.runtime.contract import HF_CLASS_PREFIXES
+
+        write_vocab(folder, tokens, tokenizer_class=f"{HF_CLASS_PREFIXES[model_type]}Tokenizer")
     return folder
 
 

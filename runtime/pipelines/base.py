@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
-from ..contract import MODEL_NAME, TASKS, output_names
+from ..contract import MODEL_NAME, TASKS, output_names, usable_positions
 from ..errors import ArtifactError
 from ..files import read_json_object
 from ..foreign import ForeignFolder, read_foreign
@@ -73,8 +73,8 @@ class ExportFolder:
 
     @property
     def max_length(self) -> int:
-        """Longest sequence the model takes: position table size, capped by the tokenizer's."""
-        limits = [self.config.get("max_position_embeddings"), self.tokenizer.model_max_length]
+        """Longest sequence the model takes: its usable positions, capped by the tokenizer's."""
+        limits = [usable_positions(self.config), self.tokenizer.model_max_length]
         limits = [n for n in limits if isinstance(n, int) and n > 0]
         return min(limits) if limits else 512
 
@@ -139,7 +139,8 @@ class Pipeline:
                                 f"{'; '.join(problems)}", "export the model again for this task")
         self._backends: dict[tuple, Tokenizer] = {}
         self._lock = threading.Lock()
-        self._cleanup = bool(folder.tokenizer_config.get("clean_up_tokenization_spaces", True))
+        self._cleanup = folder.tokenizer.clean_up_tokenization_spaces  # as transformers decodes
+        self._token_types = "token_type_ids" in folder.tokenizer.model_input_names
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.folder.path)!r}, providers={self.session.providers})"
@@ -267,7 +268,12 @@ class Pipeline:
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
-            yield batch, self.session.run(batch.feeds(), self.outputs)
+            feeds = batch.feeds()
+            if not self._token_types:
+                # the family takes none (RoBERTa, XLM-R): transformers never passes them and
+                # the model reads zeros; a tokenizer's pair template may still number segments
+                feeds["token_type_ids"] = np.zeros_like(feeds["token_type_ids"])
+            yield batch, self.session.run(feeds, self.outputs)
 
     def infer(self, encodings: list, per_batch: Callable[[Batch, dict], Sequence],
               batch_size: int | None = None) -> list:

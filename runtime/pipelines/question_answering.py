@@ -143,7 +143,8 @@ class QuestionAnsweringPipeline(Pipeline):
                 raise InputError(f"{where} has {n} tokens, more than max_question_len="
                                  f"{max_question_len}",
                                  "shorten the question or raise max_question_len")
-            room = max_seq_len - n - 3   # [CLS] q [SEP] c [SEP]
+            # [CLS] q [SEP] c [SEP] (BERT), <s> q </s></s> c </s> (RoBERTa)
+            room = max_seq_len - n - self.tokenizer.num_special_tokens_to_add(True)
             if room < 1:
                 raise InputError(f"{where} ({n} tokens) leaves no room for the context in "
                                  f"max_seq_len={max_seq_len}", "shorten the question")
@@ -157,13 +158,15 @@ class QuestionAnsweringPipeline(Pipeline):
                  handle_impossible, align_to_words):
         # the windows' token facts as (W, T) arrays, right-padded like the batches
         ids = pad_rows([w.ids for w in windows], -1)
-        types = pad_rows([w.type_ids for w in windows], 0)
+        # the second sequence's tokens: by sequence ids, since RoBERTa-like families give
+        # every token type 0 (-1 marks specials and padding)
+        second = pad_rows([[-1 if q is None else q for q in w.sequence_ids] for w in windows], -1)
         special = pad_rows([w.special_tokens_mask for w in windows], True, dtype=bool)
         words = pad_rows([w.word_ids for w in windows], np.nan, dtype=np.float64)  # None → nan
         offsets = pad_rows([w.offsets for w in windows], 0)                      # (W, T, 2)
         S = pad_rows(start_logits, 0, dtype=np.float32)
         E = pad_rows(end_logits, 0, dtype=np.float32)
-        context = (types == 1) & ~special           # the context's own tokens
+        context = (second == 1) & ~special          # the context's own tokens
         if not context.any():
             raise InputError("the context has no text the tokenizer keeps", "pass a real context")
         # transformers keeps [CLS] in the softmax (p_mask 0) but never as an answer end

@@ -10,12 +10,16 @@ min(room // 2, 128) unless given) instead of silently truncated, for every strat
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..errors import InputError
 from ..postprocess import (AGGREGATIONS, aggregate_words, entity_groups, group_means,
                            merge_overlapping, softmax, word_groups)
 from .base import Pipeline, unpadded
+
+log = logging.getLogger("bertonnx")
 
 
 def _tag(label: str) -> tuple[bool, str]:
@@ -49,8 +53,12 @@ class TokenClassificationPipeline(Pipeline):
             raise InputError(f"unknown aggregation_strategy {aggregation_strategy!r}",
                              f"use one of {', '.join(AGGREGATIONS)}")
         ignore = {"O"} if ignore_labels is None else set(ignore_labels)
+        if strategy in ("first", "average", "max") and not self.tokenizer.continuing_subword_prefix:
+            log.warning("the %s tokenizer does not mark sub-words: words are told apart by the "
+                        "spaces in the text (transformers' fallback heuristic)",
+                        self.tokenizer.family)
         read = self.read_inputs(inputs)
-        room = self.max_length - 2
+        room = self.max_length - self.tokenizer.num_special_tokens_to_add(False)
         if stride is None:
             stride = min(room // 2, 128)
         if not isinstance(stride, int) or not 0 <= stride < room:
@@ -78,9 +86,16 @@ class TokenClassificationPipeline(Pipeline):
         ids = np.asarray(enc.ids)[keep]
         off = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[keep]
         tokens = [enc.tokens[i] for i in keep]
-        # a sub-word's token text is longer than its span ("##ing" vs "ing"), as transformers tests
-        tok_len = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
-        is_subword = tok_len != (off[:, 1] - off[:, 0])
+        if self.tokenizer.continuing_subword_prefix:
+            # a sub-word's token text is longer than its span ("##ing" vs "ing"), as
+            # transformers tests
+            tok_len = np.fromiter(map(len, tokens), dtype=np.int64, count=len(tokens))
+            is_subword = tok_len != (off[:, 1] - off[:, 0])
+        else:
+            # BPE / Unigram (Ġ, ▁) have no sub-word marker: transformers' fallback, a token
+            # continues a word when no space touches its start in the text
+            is_subword = np.array([a > 0 and " " not in text[a - 1:a + 1] for a in off[:, 0]],
+                                  dtype=bool)
         unk = ids == self.tokenizer.unk_token_id
         is_subword[unk] = False
         for i in np.flatnonzero(unk):  # [UNK] shows the text it stands for

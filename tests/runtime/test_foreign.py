@@ -163,3 +163,10 @@ def test_optimum_export_of_minilm_answers_as_ours(minilm_dir, tmp_path):
     theirs = np.asarray(load(tmp_path / "optimum")(texts, pooling="mean", normalize=True))
     mine = np.asarray(load(tmp_path / "ours")(texts, pooling="mean", normalize=True))
     assert np.abs(theirs - mine).max() < 1e-4
+
+
+def test_triton_repository_wants_an_adopted_folder(foreign, tmp_path):
+    from bertonnx.runtime.triton import write_repository
+
+    with pytest.raises(ArtifactError, match="made elsewhere .*bertonnx adopt"):
+        write_repository(foreign(CLS), tmp_path / "repo")

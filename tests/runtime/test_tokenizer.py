@@ -49,6 +49,7 @@ def compare(folder, texts=TEXTS, pairs=PAIRS):
     assert [e.ids for e in batch] == ref([a for a, _ in pairs], [b for _, b in pairs])["input_ids"]
     assert ours.mask_token_id == ref.mask_token_id and ours.pad_token_id == ref.pad_token_id
     assert ours.vocab_size == len(ref)
+    assert ours.clean_up_tokenization_spaces == ref.clean_up_tokenization_spaces
     return ours
 
 
