@@ -2,10 +2,10 @@
 family, the family's graph inputs, fp32 parity on every output, tied MLM weights stored once, and
 int8 through its agreement gate where a tiny random model passes it.
 
-Tokenizers as the families ship them, trained here in milliseconds: WordPiece (the bundled tiny
-vocab.txt) for BERT, DistilBERT and ELECTRA; byte-level BPE for RoBERTa; Unigram
-(SentencePiece-style) for XLM-R, CamemBERT and ALBERT. fp32 parity feeds ids and does not read
-them; int8's agreement encodes real sentences with them.
+Each checkpoint carries its family's kind of tokenizer (tests/conftest.py's make_checkpoint):
+WordPiece for BERT, DistilBERT and ELECTRA; byte-level BPE for RoBERTa; Unigram for XLM-R,
+CamemBERT and ALBERT. fp32 parity feeds ids and does not read it; int8's agreement encodes real
+sentences with it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from bertonnx.export import ExportOptions, export_model, fusion, parity, quantize
-from bertonnx.runtime.contract import FP32_ATOL, INPUT_NAMES, MODEL_NAME, hf_class, output_names
+from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME,
+                                       POSITIONS_FROM_PADDING, hf_class, output_names)
 from bertonnx.runtime.errors import CheckFailed
 from bertonnx.runtime.manifest import Manifest
 
@@ -56,88 +57,19 @@ def expected_ops(family: str, task: str, layers: int = LAYERS) -> dict[str, int]
     return ops
 
 
-# --- tokenizers and checkpoints ---------------------------------------------------------------
-
-_ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # pad 1, as FAMILY_CONFIGS
-_ALBERT_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]  # pad 0
-
-
-def _corpus() -> list[str]:
-    from bertonnx.export.texts import QA_PAIRS, SENTENCES
-
-    return list(SENTENCES) + [t for pair in QA_PAIRS for t in pair]
-
-
-def _bpe():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(_corpus(), trainers.BpeTrainer(
-        vocab_size=400, special_tokens=_ROBERTA_SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    return tok, dict(zip(("cls_token", "sep_token", "pad_token", "unk_token", "mask_token"),
-                         ("<s>", "</s>", "<pad>", "<unk>", "<mask>")), bos_token="<s>",
-                     eos_token="</s>", tokenizer_class="RobertaTokenizer")
-
-
-def _unigram(specials: list[str], cls: str, sep: str, pair: str, tokenizer_class: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(_corpus(), trainers.UnigramTrainer(
-        vocab_size=300, special_tokens=specials, unk_token=specials[specials.index(
-            "<unk>")], show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=pair,
-        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
-    pad, mask = specials[specials.index("<pad>")], specials[-1]
-    return tok, dict(cls_token=cls, sep_token=sep, pad_token=pad, unk_token="<unk>",
-                     mask_token=mask, tokenizer_class=tokenizer_class)
-
-
-def _tokenizer(family: str):
-    """(tokenizers.Tokenizer, tokenizer_config.json) for a non-WordPiece family."""
-    if family == "roberta":
-        return _bpe()
-    if family == "albert":
-        return _unigram(_ALBERT_SPECIALS, "[CLS]", "[SEP]",
-                        "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", "AlbertTokenizer")
-    return _unigram(_ROBERTA_SPECIALS, "<s>", "</s>", "<s> $A </s> </s> $B </s>",
-                    "XLMRobertaTokenizer")
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """checkpoint(family, task, **config) -> a tiny random checkpoint with the family's own
-    kind of tokenizer, built once per module."""
+    kind of tokenizer (tests/conftest.py's make_checkpoint), built once per module."""
     root = tmp_path_factory.mktemp("family-checkpoints")
-    tokenizers: dict = {}
     made: dict = {}
 
     def get(family: str, task: str, **config):
         key = (family, task, tuple(sorted(config.items())))
-        if key in made:
-            return made[key]
-        folder = root / f"{family}-{task}-{len(made)}"
-        if family in ("bert", "distilbert", "electra"):  # conftest writes the WordPiece vocab
-            made[key] = make_checkpoint(folder, task, model_type=family,
-                                        labels=LABELS.get(task), **config)
-            return made[key]
-        if family not in tokenizers:
-            tokenizers[family] = _tokenizer(family)
-        tok, cfg = tokenizers[family]
-        make_checkpoint(folder, task, model_type=family, labels=LABELS.get(task),
-                        vocab_size=tok.get_vocab_size(), **config)
-        tok.save(str(folder / "tokenizer.json"))
-        (folder / "tokenizer_config.json").write_text(
-            json.dumps({**cfg, "model_max_length": 64}), encoding="utf-8")
-        made[key] = folder
-        return folder
+        if key not in made:
+            made[key] = make_checkpoint(root / f"{family}-{task}-{len(made)}", task,
+                                        model_type=family, labels=LABELS.get(task), **config)
+        return made[key]
 
     return get
 
@@ -183,9 +115,9 @@ def test_parity_on_every_output(exported, family, task):
     # after the padding id, so it is max_position_embeddings - pad_token_id - 1.
     cfg = json.loads((folder / "config.json").read_text())
     longest = cfg["max_position_embeddings"]
-    if family in ("roberta", "xlm-roberta", "camembert"):
-        longest -= cfg["pad_token_id"] + 1
-    assert max(s for _, s in p["shapes"]) == longest
+    if family in POSITIONS_FROM_PADDING:
+        longest -= cfg["pad_token_id"] + 1  # 66 - 1 - 1
+    assert max(s for _, s in p["shapes"]) == longest == 64
     assert {b for b, _ in p["shapes"]} == {1, 2, 7}
 
 
