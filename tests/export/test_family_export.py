@@ -19,7 +19,6 @@ from bertonnx.export import ExportOptions, export_model, fusion, parity, quantiz
 from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME,
                                        POSITIONS_FROM_PADDING, hf_class, output_names)
 from bertonnx.runtime.errors import CheckFailed
-from bertonnx.runtime.manifest import Manifest
 
 from tests.conftest import BIO, SENTIMENT, TASK_NAMES, make_checkpoint
 

@@ -40,9 +40,9 @@ def family(tmp_path_factory):
             ckpt = make_checkpoint(root / f"{model_type}-{task}", task, model_type=model_type,
                                    labels=LABELS.get(task))
             out = root / f"{model_type}-{task}-onnx"
-            # fusion of every family is the export tests' business; here the runtime is
-            # compared end to end, on the plain graph
-            export_model(ckpt, task, out, ExportOptions(optimize=False, parity=False))
+            # the fused graph users get; parity is the export tests' business, here the
+            # runtime is compared end to end
+            export_model(ckpt, task, out, ExportOptions(parity=False))
             model = transformers.AutoModel.from_pretrained if task == EMB else getattr(
                 transformers, {FM: "AutoModelForMaskedLM", CLS: "AutoModelForSequenceClassification",
                                QA: "AutoModelForQuestionAnswering",
