@@ -16,6 +16,7 @@ from bertonnx.runtime.bulk.job import CRASH_ENV
 from bertonnx.runtime.cli import main
 
 from tests.conftest import CLS, EMB, FM, NER, QA
+from tests.runtime._compare import assert_same
 
 pq = pytest.importorskip("pyarrow.parquet")
 import pyarrow as pa  # noqa: E402  (after the skip: the parquet extra brings it)
@@ -132,6 +133,28 @@ def test_parquet_output_holds_what_jsonl_does(capsys, tiny_export, tmp_path, tas
     schema = pq.read_schema(tmp_path / "out.parquet")
     assert schema.field("id").type == pa.string()
     assert schema.field("result").type == (pa.list_(pa.float32()) if task == EMB else pa.string())
+
+
+def test_default_and_folders_made_elsewhere(capsys, tiny_checkpoint, ours, tmp_path):
+    from bertonnx.runtime import load
+
+    from tests.conftest import make_foreign_export
+
+    src = write_input(tmp_path / "in.txt", "text", [{"text": "Paris is the [MASK] of France."},
+                                                   {"text": "The [MASK] sat on the mat."}])
+    rc, _, err = bulk(capsys, "default", "--input", src, "--output", tmp_path / "d.jsonl",
+                      "--top-k", 2)
+    assert rc == 0, err
+    want = load("default")(["Paris is the [MASK] of France.", "The [MASK] sat on the mat."],
+                           top_k=2)
+    assert [r["result"] for r in read_output(tmp_path / "d.jsonl")] == want
+    foreign = make_foreign_export(tiny_checkpoint(CLS), tmp_path / "optimum", CLS)
+    texts = write_input(tmp_path / "t.txt", "text", [{"text": "the cat sat"}, {"text": "a dog"}])
+    rc, _, err = bulk(capsys, foreign, "--input", texts, "--output", tmp_path / "f.jsonl",
+                      "--top-k", "all")
+    assert rc == 0, err
+    got = [r["result"] for r in read_output(tmp_path / "f.jsonl")]
+    assert_same(got, ours(CLS)(["the cat sat", "a dog"], top_k=None))  # another graph: ≤ 1e-4
 
 
 def test_ids_kept_or_numbered(capsys, tiny_export, ours, tmp_path):
