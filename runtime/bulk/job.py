@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..errors import InputError
 from ..pipelines import Pipeline
 from ..progress import Progress
 from .readers import chunks, input_format, open_reader
@@ -103,6 +104,9 @@ def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
 
 def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
     """Run `pipe` over options.input into options.output (see the module docstring)."""
+    if options.output.resolve() == options.input.resolve():
+        raise InputError(f"--output {options.output} is the --input file",
+                         "write the output to another file")
     fmt = input_format(options.input, options.input_format)
     rows = RowReader(type(pipe), options.fields)
     reader = open_reader(options.input, fmt, type(pipe), rows.columns())

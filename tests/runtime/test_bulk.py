@@ -120,6 +120,30 @@ def test_every_task_and_format_equals_the_library(capsys, tiny_export, ours, tmp
     assert not out.with_name("out.jsonl.partial").exists()
 
 
+@pytest.mark.parametrize("task, flags, kwargs", [
+    (FM, ["--targets", "cat,dog"], {"targets": ["cat", "dog"]}),
+    (CLS, ["--top-k", "2", "--function-to-apply", "sigmoid"],
+     {"top_k": 2, "function_to_apply": "sigmoid"}),
+    (CLS, ["--top-k", "all"], {"top_k": None}),
+    (QA, ["--handle-impossible-answer", "--no-align-to-words", "--max-seq-len", "32",
+          "--max-question-len", "8"],
+     {"handle_impossible_answer": True, "align_to_words": False, "max_seq_len": 32,
+      "max_question_len": 8}),
+    (NER, ["--ignore-labels", "", "--stride", "4", "--aggregation-strategy", "max"],
+     {"ignore_labels": [], "stride": 4, "aggregation_strategy": "max"}),
+    (EMB, ["--no-normalize", "--pooling", "cls"], {"normalize": False, "pooling": "cls"}),
+])
+def test_task_options_reach_the_pipeline(capsys, tiny_export, ours, tmp_path, task, flags,
+                                         kwargs):
+    rows = CASES[task][0]
+    src = write_input(tmp_path / "in.jsonl", "jsonl", rows)
+    rc, _, err = bulk(capsys, tiny_export(task), "--input", src, "--output", tmp_path / "o.jsonl",
+                      *flags)
+    assert rc == 0, err
+    want = ours(task)([library_input(r) for r in rows], **kwargs)
+    assert [r["result"] for r in read_output(tmp_path / "o.jsonl")] == want
+
+
 @pytest.mark.parametrize("task", list(CASES))
 def test_parquet_output_holds_what_jsonl_does(capsys, tiny_export, tmp_path, task):
     rows, flags, _ = CASES[task]
@@ -253,6 +277,8 @@ def test_refusals_are_one_line(capsys, tiny_export, tmp_path):
     ]:
         rc, _, err = bulk(capsys, d, "--input", src, "--output", out, *argv)
         assert rc == 2 and message in err and err.count("\n") == 1, (argv, err)
+    rc, _, err = bulk(capsys, d, "--input", src, "--output", src, "--force")
+    assert rc == 2 and "is the --input file" in err
     rc, _, err = bulk(capsys, tiny_export(FM), "--input", src, "--output", tmp_path / "f.jsonl",
                       "--top-k", "0")
     assert rc == 2 and "--top-k" in err and err.count("\n") == 1
