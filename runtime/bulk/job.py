@@ -25,7 +25,6 @@ from ..pipelines import Pipeline
 from ..progress import Progress
 from .readers import chunks, input_format, open_reader
 from .runner import ChunkRunner
-from .rows import RowReader
 from .sinks import open_sink
 
 CRASH_ENV = "BERTONNX_BULK_CRASH_AFTER"  # test hook: SIGKILL mid-write after N commits
@@ -104,13 +103,13 @@ def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
 
 def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
     """Run `pipe` over options.input into options.output (see the module docstring)."""
+    fmt = input_format(options.input, options.input_format)
     if options.output.resolve() == options.input.resolve():
         raise InputError(f"--output {options.output} is the --input file",
                          "write the output to another file")
-    fmt = input_format(options.input, options.input_format)
-    rows = RowReader(type(pipe), options.fields)
-    reader = open_reader(options.input, fmt, type(pipe), rows.columns())
     runner = ChunkRunner(pipe, options.params, options.fields, options.on_error)
+    reader = open_reader(options.input, fmt, type(pipe), runner.reader.columns())
+    total = reader.count() if options.progress else None
     crash = os.environ.get(CRASH_ENV)
     sink = open_sink(options.output, job_identity(pipe, options, fmt), resume=options.resume,
                      force=options.force, vector=pipe.task == "feature-extraction",
@@ -118,17 +117,15 @@ def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
     if sink is None:  # --resume on a finished output: nothing left to do
         return Summary(str(options.output), None, None, 0, 0.0)
     start = sink.commit.rows
-    progress = Progress(reader.count() if options.progress else None, options.output.name,
-                        initial=start,
-                        enabled=options.progress, every=options.every, unit="row", rate=True)
+    progress = Progress(total, options.output.name, initial=start, enabled=options.progress,
+                        every=options.every, unit="row", rate=True)
     once = _Once()
     log = logging.getLogger("bertonnx")
     log.addFilter(once)
     t0 = time.monotonic()
     done = False
     try:
-        _stream(chunks(reader.rows(start), options.chunk_size, start), rows, runner, sink,
-                progress)
+        _stream(chunks(reader.rows(start), options.chunk_size, start), runner, sink, progress)
         sink.finish()
         done = True
     finally:
@@ -140,10 +137,10 @@ def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
                    sink.commit.rows - start, seconds, start, once.repeats)
 
 
-def _stream(source, rows: RowReader, runner: ChunkRunner, sink, progress: Progress) -> None:
-    def read_next():
+def _stream(source, runner: ChunkRunner, sink, progress: Progress) -> None:
+    def read_next():  # in the reader thread: parse, and read rows by the task's rules
         item = next(source, None)
-        return None if item is None else rows.rows(item[1], item[0])
+        return None if item is None else runner.reader.rows(item[1], item[0])
 
     def write(out: list[dict]) -> None:
         sink.write(out)

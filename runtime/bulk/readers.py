@@ -34,6 +34,9 @@ def pyarrow_parquet():
 
 
 def input_format(path: Path, given: str | None = None) -> str:
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist" if not path.exists()
+                         else f"{path} is not a file", "check the --input path")
     if given is not None:
         return given
     fmt = EXTENSIONS.get(path.suffix.lower())
@@ -181,10 +184,8 @@ class ParquetReader:
 
 
 def open_reader(path: Path, fmt: str, pipeline: type, columns: dict[str, str]):
-    """The reader of `path`, refused in one line when it cannot hold the task's inputs."""
-    if not path.is_file():
-        raise InputError(f"input file {path} does not exist" if not path.exists()
-                         else f"{path} is not a file", "check the --input path")
+    """The reader of `path` (checked by `input_format`), refused in one line when it cannot
+    hold the task's inputs."""
     if fmt in ("jsonl", "text"):
         if fmt == "text" and not pipeline.is_json_input("a line", in_list=True):
             raise InputError(f"a plain-text file cannot hold {pipeline.task} inputs",

@@ -277,6 +277,8 @@ def test_refusals_are_one_line(capsys, tiny_export, tmp_path):
     ]:
         rc, _, err = bulk(capsys, d, "--input", src, "--output", out, *argv)
         assert rc == 2 and message in err and err.count("\n") == 1, (argv, err)
+    rc, _, err = bulk(capsys, d, "--input", tmp_path / "nope.data", "--output", out)
+    assert rc == 2 and "input file" in err and "does not exist" in err
     rc, _, err = bulk(capsys, d, "--input", src, "--output", src, "--force")
     assert rc == 2 and "is the --input file" in err
     rc, _, err = bulk(capsys, tiny_export(FM), "--input", src, "--output", tmp_path / "f.jsonl",
