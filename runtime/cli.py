@@ -48,6 +48,8 @@ COMMANDS = {
     "qa": Command("bertonnx.runtime.commands:qa", "Answer questions from a context."),
     "tokens": Command("bertonnx.runtime.commands:tokens", "Label tokens (named entities)."),
     "embed": Command("bertonnx.runtime.commands:embed", "Sentence embeddings and cosines."),
+    "run": Command("bertonnx.runtime.bulk.commands:run",
+                   "Run a task over a file (JSONL, CSV, text, Parquet); resumable."),
     "serve": Command("bertonnx.runtime.server.commands:serve",
                      "Serve an export over HTTP with dynamic batching.", "serve"),
     "train-tokenizer": Command("bertonnx.build.commands:train_tokenizer",

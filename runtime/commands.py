@@ -34,7 +34,7 @@ class Renamed(click.Option):
             self.opts = shown
 
 
-def _common(f):
+def inference_options(f):
     """Flags every inference command takes."""
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
     f = click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
@@ -86,13 +86,51 @@ def _fmt(v) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
+def _words(value: str | None) -> list[str] | None:
+    """fill-mask's --targets: comma-separated words."""
+    return [t.strip() for t in value.split(",") if t.strip()] if value else None
+
+
+def _labels(value: str) -> list[str]:
+    """tokens' --ignore-labels: comma-separated labels ('' ignores none)."""
+    return [x for x in value.split(",") if x]
+
+
+def _classify_top_k(value: str | None):
+    """classify's --top-k: left out -> transformers' flat shape, 'all' -> every label."""
+    from .pipelines.text_classification import LEGACY
+
+    return LEGACY if value is None else None if value == "all" else _positive_int(value, "--top-k")
+
+
+# task -> {pipeline argument -> conversion of its flag's value (None: as click gives it)}: the
+# task options each command maps onto its pipeline, named as the pipeline's arguments (the
+# flags are their dashed spellings). `bertonnx run` (runtime/bulk) reads the same table.
+TASK_OPTIONS = {
+    "fill-mask": {"top_k": None, "targets": _words},
+    "text-classification": {"top_k": _classify_top_k, "function_to_apply": None},
+    "question-answering": dict.fromkeys(("top_k", "doc_stride", "max_answer_len", "max_seq_len",
+                                         "max_question_len", "handle_impossible_answer",
+                                         "align_to_words")),
+    "token-classification": {"aggregation_strategy": None, "ignore_labels": _labels,
+                             "stride": None},
+    "feature-extraction": {"pooling": None, "normalize": None},
+}
+
+
+def pipeline_kwargs(task: str, values: dict) -> dict:
+    """The pipeline's arguments from the values of the task's flags."""
+    return {name: values[name] if conv is None else conv(values[name])
+            for name, conv in TASK_OPTIONS[task].items()}
+
+
 def _input_option(f):
     return click.option("--input", "input_file", metavar="FILE", default=None,
                         help="JSONL (one object or string a line) or plain text lines; - = stdin.")(f)
 
 
 @click.command("fill-mask")
-@_common
+@inference_options
 @click.argument("texts", nargs=-1, metavar="TEXT...")
 @_input_option
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True)
@@ -102,10 +140,10 @@ def fill_mask(folder, threads, providers, batch_size, as_json, texts, input_file
     """Predict the [MASK] token(s) in TEXT."""
     items, single = _gather(texts, input_file)
     items = texts_of(items, input_file)
+    kwargs = pipeline_kwargs("fill-mask", dict(top_k=top_k, targets=targets))
     pipe = _load(folder, "fill-mask", providers, threads, batch_size)
-    tgt = [t.strip() for t in targets.split(",") if t.strip()] if targets else None
     read = _read(pipe, items, single)
-    out = pipe(read, top_k=top_k, targets=tgt)
+    out = pipe(read, **kwargs)
     if as_json:
         return _echo_json(out)
     for text, res in zip(read.records, pipe.per_input(out, read)):
@@ -120,7 +158,7 @@ def fill_mask(folder, threads, providers, batch_size, as_json, texts, input_file
 
 
 @click.command("classify")
-@_common
+@inference_options
 @click.argument("texts", nargs=-1, metavar="TEXT...")
 @_input_option
 @click.option("--pair", "text_pair", default=None, metavar="TEXT",
@@ -139,12 +177,12 @@ def classify(folder, threads, providers, batch_size, as_json, texts, input_file,
         if len(items) != 1 or input_file:
             raise InputError("--pair goes with exactly one TEXT", "use JSONL for many pairs")
         items = [{"text": items[0], "text_pair": text_pair}]
-    from .pipelines.text_classification import LEGACY
-
-    k = LEGACY if top_k is None else None if top_k == "all" else _positive_int(top_k, "--top-k")
+    kwargs = pipeline_kwargs("text-classification",
+                             dict(top_k=top_k, function_to_apply=function_to_apply))
+    k = kwargs["top_k"]
     pipe = _load(folder, "text-classification", providers, threads, batch_size)
     read = _read(pipe, items, single)
-    out = pipe(read, top_k=k, function_to_apply=function_to_apply)
+    out = pipe(read, **kwargs)
     if as_json:
         return _echo_json(out)
     rows = []
@@ -171,7 +209,7 @@ def _short(text: str, n: int = 60) -> str:
 
 
 @click.command("qa")
-@_common
+@inference_options
 @click.option("--question", "-q", default=None, help="The question.")
 @click.option("--context", "-c", default=None, help="The text to find the answer in.")
 @_input_option
@@ -201,12 +239,13 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
             raise InputError("both --question and --context are needed",
                              "pass --question Q --context C, or --input FILE")
         items, single = [{"question": question, "context": context}], True
+    kwargs = pipeline_kwargs("question-answering", dict(
+        top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
+        max_seq_len=max_seq_len, max_question_len=max_question_len,
+        handle_impossible_answer=handle_impossible_answer, align_to_words=align_to_words))
     pipe = _load(folder, "question-answering", providers, threads, batch_size)
     read = _read(pipe, items, single)
-    out = pipe(read, top_k=top_k, doc_stride=doc_stride,
-               max_answer_len=max_answer_len, max_seq_len=max_seq_len,
-               max_question_len=max_question_len,
-               handle_impossible_answer=handle_impossible_answer, align_to_words=align_to_words)
+    out = pipe(read, **kwargs)
     if as_json:
         return _echo_json(out)
     rows = []
@@ -219,7 +258,7 @@ def qa(folder, threads, providers, batch_size, as_json, question, context, input
 
 
 @click.command("tokens")
-@_common
+@inference_options
 @click.argument("texts", nargs=-1, metavar="TEXT...")
 @_input_option
 @click.option("--aggregation-strategy", "aggregation_strategy", cls=Renamed,
@@ -234,11 +273,11 @@ def tokens(folder, threads, providers, batch_size, as_json, texts, input_file,
     """Label the tokens (entities) of TEXT(s) with a token-classification export."""
     items, single = _gather(texts, input_file)
     items = texts_of(items, input_file)
+    kwargs = pipeline_kwargs("token-classification", dict(
+        aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels, stride=stride))
     pipe = _load(folder, "token-classification", providers, threads, batch_size)
-    ignore = [x for x in ignore_labels.split(",") if x]
     read = _read(pipe, items, single)
-    out = pipe(read, aggregation_strategy=aggregation_strategy, ignore_labels=ignore,
-               stride=stride)
+    out = pipe(read, **kwargs)
     if as_json:
         return _echo_json(out)
     key = "entity" if aggregation_strategy == "none" else "entity_group"
@@ -253,7 +292,7 @@ def tokens(folder, threads, providers, batch_size, as_json, texts, input_file,
 
 
 @click.command("embed")
-@_common
+@inference_options
 @click.argument("texts", nargs=-1, metavar="TEXT...")
 @_input_option
 @click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True)
@@ -264,10 +303,10 @@ def embed(folder, threads, providers, batch_size, as_json, texts, input_file, po
     """Sentence vectors of TEXT(s); the table shows their cosine similarities."""
     items, single = _gather(texts, input_file)
     items = texts_of(items, input_file)
+    kwargs = pipeline_kwargs("feature-extraction", dict(pooling=pooling, normalize=normalize))
     pipe = _load(folder, "feature-extraction", providers, threads, batch_size)
     if as_json:
-        return _echo_json(pipe(_read(pipe, items, single), pooling=pooling,
-                               normalize=normalize))
+        return _echo_json(pipe(_read(pipe, items, single), **kwargs))
     vecs = pipe(items, pooling=pooling, normalize=normalize, return_tensors=True)
     from .postprocess import cosine_matrix
 
@@ -281,6 +320,11 @@ def embed(folder, threads, providers, batch_size, as_json, texts, input_file, po
         v = np.asarray(vecs[0])
         click.echo(f"norm {np.linalg.norm(v):.4f}  first values "
                    + " ".join(f"{x:+.4f}" for x in v[:8]))
+
+
+# task -> its command: where `bertonnx run` finds each task option's flag, type and default
+TASK_COMMANDS = {"fill-mask": fill_mask, "text-classification": classify, "question-answering": qa,
+                 "token-classification": tokens, "feature-extraction": embed}
 
 
 # -- Triton -----------------------------------------------------------------------------------

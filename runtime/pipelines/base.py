@@ -18,14 +18,14 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
 from ..contract import MODEL_NAME, TASKS, output_names, usable_positions
-from ..errors import ArtifactError
+from ..errors import ArtifactError, InputError
 from ..files import read_json_object
 from ..foreign import ForeignFolder, read_foreign
 from ..manifest import Manifest
@@ -164,6 +164,17 @@ class Pipeline:
         the model runs; `read_inputs` then judges the texts themselves."""
         return isinstance(x, str)
 
+    # The fields of a table row (a JSONL object, a CSV header, Parquet columns) that make one
+    # input: bulk jobs (runtime/bulk) read rows by them; other fields of a row are not the task's.
+    row_fields: ClassVar[tuple[str, ...]] = ("text",)
+
+    @classmethod
+    def input_of_row(cls, row: Mapping):
+        """One table row's input, in the shape `is_json_input` takes (here the text itself);
+        InputError names a missing field. A null (None) field counts as missing: a CSV or
+        Parquet column cannot leave it out."""
+        return row_field(row, "text")
+
     @classmethod
     def unwrap(cls, results: Sequence, inputs: Inputs, **params):
         """The call's answer from one result per record: one input gives its result, a list
@@ -284,6 +295,14 @@ class Pipeline:
             for i, r in zip(batch.index, per_batch(batch, out)):
                 results[i] = r
         return results
+
+
+def row_field(row: Mapping, name: str):
+    """A required field of a table row."""
+    value = row.get(name)
+    if value is None:
+        raise InputError(f'no "{name}" field', f'give every row a "{name}"')
+    return value
 
 
 def unpadded(batch: Batch, array: np.ndarray) -> list[np.ndarray]:

@@ -29,7 +29,7 @@ import numpy as np
 from ..batches import pad_rows
 from ..errors import InputError
 from ..postprocess import qa_best_spans, qa_probabilities, valid_span_counts, word_char_spans
-from .base import Pipeline, Windows, unpadded
+from .base import Pipeline, Windows, row_field, unpadded
 from .inputs import Inputs, QAInput, check_text
 
 
@@ -52,6 +52,12 @@ class QuestionAnsweringPipeline(Pipeline):
             check_text(c, f"the context{where}")
         return Inputs(tuple(QAInput(q, c) for q, c in examples), single,
                       "dict" if single else "list")
+
+    row_fields = QAInput._fields
+
+    @classmethod
+    def input_of_row(cls, row) -> dict:
+        return {name: row_field(row, name) for name in cls.row_fields}
 
     @classmethod
     def is_json_input(cls, x, in_list: bool = False) -> bool:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import FUNCTIONS, classification_scores, default_function
-from .base import Pipeline
+from .base import Pipeline, row_field
 from .inputs import Inputs, TextPair, check_text
 
 
@@ -69,6 +69,14 @@ class TextClassificationPipeline(Pipeline):
                 check_text(pair, f"the text_pair of {where}")
             records.append(TextPair(text, pair))
         return Inputs(tuple(records), form != "list", form)
+
+    row_fields = TextPair._fields
+
+    @classmethod
+    def input_of_row(cls, row) -> dict:
+        """{"text"} or {"text", "text_pair"}: a row without a pair (or a null one) is a text."""
+        pair = row.get("text_pair")
+        return {"text": row_field(row, "text"), **({} if pair is None else {"text_pair": pair})}
 
     @classmethod
     def is_json_input(cls, x, in_list: bool = False) -> bool:

@@ -1,0 +1,165 @@
+"""A bulk job on one machine: read a chunk, run it, commit it — streaming, resumable.
+
+    reader thread:  file -> raw rows -> Rows (the task's input rules)      two chunks ahead
+    calling thread: ChunkRunner (the pipeline's length-sorted micro-batches)
+    writer thread:  output rows -> JSON / Parquet -> write, fsync, commit   two chunks behind
+
+onnxruntime and the tokenizers library release the GIL, so parsing and writing overlap the
+model; the queues are bounded, so memory holds a few chunks whatever the file's size. Chunks
+are fixed runs of `chunk_size` input rows: a resumed job runs exactly the chunks a clean one
+would, and its output is byte for byte the same (runtime/bulk/sinks.py).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from ..pipelines import Pipeline
+from ..progress import Progress
+from .readers import chunks, input_format, open_reader
+from .runner import ChunkRunner
+from .sinks import open_sink
+
+CRASH_ENV = "BERTONNX_BULK_CRASH_AFTER"  # test hook: SIGKILL mid-write after N commits
+AHEAD = 2   # chunks read ahead of the model, and written behind it
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    input: Path
+    output: Path
+    params: dict = field(default_factory=dict)   # the pipeline's arguments
+    fields: dict = field(default_factory=dict)   # task field (or "id") -> the input's column
+    input_format: str | None = None              # jsonl, csv, text, parquet; None: by name
+    chunk_size: int = 1024
+    on_error: str = "row"
+    resume: bool = False
+    force: bool = False
+    progress: bool = True
+    every: float = 10.0                          # seconds between plain progress lines
+
+
+@dataclass(frozen=True)
+class Summary:
+    output: str
+    rows: int | None      # rows in the output (None: it was complete before this run)
+    errors: int | None    # error rows among them
+    new_rows: int         # rows this run wrote (the rest were committed before a resume)
+    seconds: float
+    resumed_from: int = 0
+    warnings: int = 0     # repeats of a warning, shown once
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.new_rows / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        if self.rows is None:
+            return f"{self.output} is complete: nothing to resume"
+        resumed = f", resumed after row {self.resumed_from}" if self.resumed_from else ""
+        return (f"{self.rows} rows ({self.errors} errors) -> {self.output}: {self.new_rows} "
+                f"rows in {self.seconds:.1f} s, {self.rows_per_s:.0f} rows/s{resumed}")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "rows_per_s": round(self.rows_per_s, 1)}
+
+
+class _Once(logging.Filter):
+    """Lets each warning through once: a warning about one chunk (say, texts truncated) would
+    otherwise repeat for every chunk."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set = set()
+        self.repeats = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self.seen:
+            self.repeats += 1
+            return False
+        self.seen.add(record.msg)
+        return True
+
+
+def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
+    """What a resume must match: the input file as it was, the model, every flag that shapes
+    a row's output or a chunk's rows."""
+    st = options.input.stat()
+    return json.loads(json.dumps({
+        "input": str(options.input.resolve()), "input_size": st.st_size,
+        "input_mtime_ns": st.st_mtime_ns, "input_format": fmt,
+        "model": str(Path(pipe.folder.path).resolve()), "task": pipe.task,
+        "params": options.params, "fields": options.fields, "chunk_size": options.chunk_size,
+        "batch_size": pipe.batch_size, "on_error": options.on_error}, default=repr,
+        sort_keys=True))
+
+
+def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
+    """Run `pipe` over options.input into options.output (see the module docstring)."""
+    fmt = input_format(options.input, options.input_format)
+    if options.output.resolve() == options.input.resolve():
+        raise InputError(f"--output {options.output} is the --input file",
+                         "write the output to another file")
+    runner = ChunkRunner(pipe, options.params, options.fields, options.on_error)
+    reader = open_reader(options.input, fmt, type(pipe), runner.reader.columns())
+    total = reader.count() if options.progress else None
+    crash = os.environ.get(CRASH_ENV)
+    sink = open_sink(options.output, job_identity(pipe, options, fmt), resume=options.resume,
+                     force=options.force, vector=pipe.task == "feature-extraction",
+                     crash_after=int(crash) if crash else None)
+    if sink is None:  # --resume on a finished output: nothing left to do
+        return Summary(str(options.output), None, None, 0, 0.0)
+    start = sink.commit.rows
+    progress = Progress(total, options.output.name, initial=start, enabled=options.progress,
+                        every=options.every, unit="row", rate=True)
+    once = _Once()
+    log = logging.getLogger("bertonnx")
+    log.addFilter(once)
+    t0 = time.monotonic()
+    done = False
+    try:
+        _stream(chunks(reader.rows(start), options.chunk_size, start), runner, sink, progress)
+        sink.finish()
+        done = True
+    finally:
+        sink.close()
+        progress.close(final_line=done)
+        log.removeFilter(once)
+    seconds = time.monotonic() - t0
+    return Summary(str(options.output), sink.commit.rows, sink.commit.errors,
+                   sink.commit.rows - start, seconds, start, once.repeats)
+
+
+def _stream(source, runner: ChunkRunner, sink, progress: Progress) -> None:
+    def read_next():  # in the reader thread: parse, and read rows by the task's rules
+        item = next(source, None)
+        return None if item is None else runner.reader.rows(item[1], item[0])
+
+    def write(out: list[dict]) -> None:
+        sink.write(out)
+        progress.set_postfix(errors=sink.commit.errors)
+        progress.update(len(out))
+
+    with ThreadPoolExecutor(1, "bulk-read") as reading, \
+            ThreadPoolExecutor(1, "bulk-write") as writing:
+        # one thread each: reads happen in file order, writes in chunk order
+        ahead = deque(reading.submit(read_next) for _ in range(AHEAD))
+        behind: deque = deque()
+        try:
+            while (chunk := ahead.popleft().result()) is not None:
+                ahead.append(reading.submit(read_next))
+                behind.append(writing.submit(write, runner.run(chunk)))
+                while len(behind) > AHEAD:
+                    behind.popleft().result()  # a failed write stops the job here
+            while behind:
+                behind.popleft().result()
+        finally:
+            for f in ahead:
+                f.cancel()

@@ -1,0 +1,203 @@
+"""Input files of a bulk job, read a row at a time: JSONL, CSV with a header, plain text lines,
+Parquet. Memory holds one row (one Parquet record batch), never the file.
+
+Every physical line (JSONL, text) or record (CSV, Parquet) is one row, numbered from 0, so a
+blank line or an unreadable one is an error row in its place, never a silent skip. A format is
+named by `--input-format` or the file's extension; any other extension is sniffed as
+`runtime/io.py` does (a first line starting with `{` or `"` is JSONL, else text).
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import ConfigError, InputError
+from .rows import ID, ReadError
+
+FORMATS = ("jsonl", "csv", "text", "parquet")
+EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".txt": "text",
+              ".text": "text", ".parquet": "parquet", ".pq": "parquet"}
+_BOM = b"\xef\xbb\xbf"
+
+
+def pyarrow_parquet():
+    """pyarrow.parquet, or one line naming the extra that brings it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise ConfigError("Parquet files need pyarrow, which is not installed",
+                          "pip install 'bertonnx[parquet]'") from e
+    return pq
+
+
+def input_format(path: Path, given: str | None = None) -> str:
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist" if not path.exists()
+                         else f"{path} is not a file", "check the --input path")
+    if given is not None:
+        return given
+    fmt = EXTENSIONS.get(path.suffix.lower())
+    if fmt is not None:
+        return fmt
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                return "jsonl" if line.lstrip(_BOM + b" \t").startswith((b"{", b'"')) else "text"
+    return "text"
+
+
+def chunks(rows: Iterator, size: int, start: int) -> Iterator[tuple[int, list]]:
+    """(number of the first row, raw rows) of exactly `size` rows each (the last may be short):
+    fixed boundaries, so a resumed job runs the same chunks as a clean one."""
+    while True:
+        chunk = list(itertools.islice(rows, size))
+        if not chunk:
+            return
+        yield start, chunk
+        start += len(chunk)
+
+
+class LineReader:
+    """JSONL (each line a JSON value) or plain text (each line one text)."""
+
+    def __init__(self, path: Path, as_json: bool):
+        self.path, self.as_json = path, as_json
+
+    def count(self) -> int:
+        """Lines, by counting newlines in 1 MB blocks (about a second per GB)."""
+        n, last = 0, b"\n"
+        with open(self.path, "rb") as f:
+            while block := f.read(1 << 20):
+                n += block.count(b"\n")
+                last = block[-1:]
+        return n + (last != b"\n")
+
+    def rows(self, skip: int = 0) -> Iterator:
+        with open(self.path, "rb") as f:
+            for n, line in enumerate(f):
+                if n < skip:
+                    continue
+                if n == 0 and line.startswith(_BOM):
+                    line = line[3:]
+                yield self._raw(line.rstrip(b"\n").rstrip(b"\r"))
+
+    def _raw(self, line: bytes):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return ReadError(f"the line is not UTF-8 (byte 0x{line[e.start]:02x} at byte "
+                             f"{e.start + 1})")
+        if not self.as_json:
+            return text
+        if not text.strip():
+            return ReadError("a blank line, not a JSON value")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            return ReadError(f"the line is not valid JSON ({e.msg} at column {e.colno})")
+
+
+class CsvReader:
+    """A header row, then one row per record; an empty cell is a missing value (CSV cannot
+    tell them apart)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        # a review or an article can be longer than the csv module's 128 KiB field limit; the
+        # limit is the process's, raised once, never lowered
+        csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
+        with self._open() as f:
+            self.header = next(csv.reader(f), None) or []
+
+    def _open(self):
+        # surrogateescape: a byte that is not UTF-8 spoils its row only (found in _raw)
+        return open(self.path, encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+    def count(self) -> None:
+        return None  # quoted newlines: only a full parse knows the rows
+
+    def rows(self, skip: int = 0) -> Iterator:
+        with self._open() as f:
+            records = csv.reader(f)
+            next(records, None)
+            n = 0
+            while True:
+                try:
+                    record = next(records)
+                except StopIteration:
+                    return
+                except csv.Error as e:
+                    record = ReadError(f"the CSV record cannot be read ({e})")
+                if n >= skip:
+                    yield self._raw(record)
+                n += 1
+
+    def _raw(self, record):
+        if isinstance(record, ReadError):
+            return record
+        if len(record) != len(self.header):
+            return ReadError(f"the record has {len(record)} fields, the header "
+                             f"{len(self.header)}" if record else "a blank line, not a record")
+        for cell in record:
+            if not cell.isascii():
+                try:
+                    cell.encode("utf-8")
+                except UnicodeEncodeError:
+                    return ReadError("the record is not UTF-8")
+        return {k: v for k, v in zip(self.header, record) if v != ""}
+
+
+class ParquetReader:
+    """Only the columns the task reads, a record batch at a time; a null is a missing value."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        pq = pyarrow_parquet()
+        try:
+            self.file = pq.ParquetFile(path)
+        except Exception as e:  # pyarrow raises ArrowInvalid / OSError for a foreign file
+            raise InputError(f"{path} is not a Parquet file ({e})",
+                             "pass a Parquet file, or name the format with --input-format") from e
+        self.header = list(self.file.schema_arrow.names)
+        self.columns = [c for c in columns if c in self.header]
+
+    def count(self) -> int:
+        return self.file.metadata.num_rows
+
+    def rows(self, skip: int = 0) -> Iterator:
+        meta = self.file.metadata
+        group, before = 0, 0  # whole row groups before `skip` are not read at all
+        while group < meta.num_row_groups and before + meta.row_group(group).num_rows <= skip:
+            before += meta.row_group(group).num_rows
+            group += 1
+        drop = skip - before
+        batches = self.file.iter_batches(batch_size=4096, columns=self.columns,
+                                         row_groups=range(group, meta.num_row_groups))
+        for batch in batches:
+            for record in batch.to_pylist():
+                if drop:
+                    drop -= 1
+                    continue
+                yield record
+
+
+def open_reader(path: Path, fmt: str, pipeline: type, columns: dict[str, str]):
+    """The reader of `path` (checked by `input_format`), refused in one line when it cannot
+    hold the task's inputs."""
+    if fmt in ("jsonl", "text"):
+        if fmt == "text" and not pipeline.is_json_input("a line", in_list=True):
+            raise InputError(f"a plain-text file cannot hold {pipeline.task} inputs",
+                             f"write JSONL, CSV or Parquet rows with "
+                             f"{', '.join(pipeline.row_fields)}")
+        return LineReader(path, fmt == "jsonl")
+    reader = CsvReader(path) if fmt == "csv" else ParquetReader(path, list(columns.values()))
+    present = {f: "x" for f, c in columns.items() if f != ID and c in reader.header}
+    try:
+        pipeline.input_of_row(present)
+    except InputError as e:
+        raise InputError(f"{path} has {e.problem} among its columns "
+                         f"({', '.join(map(str, reader.header)) or 'none'})",
+                         "rename the column, or pass --field NAME=COLUMN") from e
+    return reader
