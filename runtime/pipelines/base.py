@@ -29,6 +29,7 @@ from ..errors import ArtifactError
 from ..files import read_json_object
 from ..foreign import ForeignFolder, read_foreign
 from ..manifest import Manifest
+from ..schema import CONFIG_RULES, check_values
 from ..postprocess import clean_up_tokenization
 from ..session import Session
 from ..tokenizer import WordPieceTokenizer, load_tokenizer
@@ -62,7 +63,8 @@ class ExportFolder:
             manifest, config = foreign.manifest, foreign.config
         else:
             manifest = manifest or Manifest.read(path)
-            config = _read_json(path / "config.json")
+            config = check_values(_read_json(path / "config.json"), CONFIG_RULES,
+                                  path / "config.json")
         tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
         return cls(path, manifest, config, tokenizer, tokenizer.config,
                    foreign.model_file if foreign else MODEL_NAME, foreign)
@@ -273,7 +275,16 @@ class Pipeline:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and
                 # the model reads zeros; a tokenizer's pair template may still number segments
                 feeds["token_type_ids"] = np.zeros_like(feeds["token_type_ids"])
-            yield batch, self.session.run(feeds, self.outputs)
+            out = self.session.run(feeds, self.outputs)
+            # a graph whose output axes are symbolic escaped the check at load: check the
+            # arrays (labels read past config.json's id2label would flip or shift the answer)
+            problems = TASKS[self.task].output_problems(
+                {k: list(v.shape) for k, v in out.items()}, self.folder.config)
+            if problems:
+                raise ArtifactError(f"{self.folder.model_path} answered outputs that do not fit "
+                                    f"{self.task}: {'; '.join(problems)}",
+                                    "export the model again for this task")
+            yield batch, out
 
     def infer(self, encodings: list, per_batch: Callable[[Batch, dict], Sequence],
               batch_size: int | None = None) -> list:
