@@ -24,6 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
+from ..bounds import check_batch_size
 from ..contract import MODEL_NAME, TASKS, output_names, usable_positions
 from ..errors import ArtifactError
 from ..files import read_json_object
@@ -133,6 +134,7 @@ class Pipeline:
         self.folder = folder
         self.session = session
         self.tokenizer = folder.tokenizer
+        check_batch_size(batch_size, "batch_size=32")
         self.batch_size = batch_size
         self.outputs = output_names(self.task)
         problems = TASKS[self.task].output_problems(session.output_shapes, folder.config)
@@ -269,6 +271,7 @@ class Pipeline:
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
+        check_batch_size(size, "batch_size=32")
         for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
             feeds = batch.feeds()
             if not self._token_types:

@@ -247,6 +247,19 @@ CASES = [
     Case("embed-normalize-none", EMB, None,
          lambda d, f: load(d)("hi", pooling="none", normalize=True), InputError,
          r"normalize needs a pooled vector"),
+    # absurd knobs: onnxruntime gave a pybind traceback (10^11 threads) or blamed the export
+    # (2^31 - 1 threads: std::bad_alloc); a batch size past any memory
+    Case("threads-absurd", FM, ("fill-mask", "{dir}", "--threads", "100000000000", "a [MASK]"),
+         lambda d, f: load(d, threads=10**11), ConfigError,
+         r"threads.*100000000000.*(0<=x<=1024|0 to 1024)"),
+    Case("threads-int32-max", FM, ("fill-mask", "{dir}", "--threads", "2147483647", "a [MASK]"),
+         lambda d, f: load(d, threads=2**31 - 1), ConfigError,
+         r"threads.*2147483647.*(0<=x<=1024|0 to 1024)"),
+    Case("batch-size-absurd", CLS, ("classify", "{dir}", "--batch-size", "100000000000", "hi"),
+         lambda d, f: load(d)("hi", batch_size=10**11), InputError,
+         r"batch.size.*100000000000.*(1<=x<=4096|1 to 4096)"),
+    Case("batch-size-absurd-at-load", CLS, None, lambda d, f: load(d, batch_size=10**11),
+         InputError, r"batch size 100000000000 is not an integer from 1 to 4096"),
     Case("batch-size-zero", CLS, ("classify", "{dir}", "--batch-size", "0", "hi"),
          lambda d, f: load(d)("hi", batch_size=0), InputError, r"batch.size.*(0|≥ 1|x>=1)"),
     # ---- input files ----
@@ -399,3 +412,19 @@ def test_bom_and_crlf_files_read_like_clean_ones(tiny_export, tmp_path, run_cli)
         assert got == clean, name
     # and the library, on the same texts, agrees with the CLI
     assert load(folder)(["the [MASK] sat .", "paris is a [MASK] ."]) == clean
+
+
+def test_closed_stdin_is_one_line(tiny_export):
+    """`--input -` in a process started with file descriptor 0 closed (`cmd 0<&-`): Python
+    then has no sys.stdin at all."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import _cli_env
+
+    proc = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "fill-mask",
+                           str(tiny_export(FM)), "--input", "-"], capture_output=True,
+                          timeout=120, env=_cli_env(), preexec_fn=lambda: os.close(0))
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "standard input is closed" in line, line
