@@ -31,7 +31,7 @@ from bertonnx.runtime.session import create_session
 from bertonnx.runtime.tokenizer import TOKENIZER_FILES
 
 from . import fusion, graph
-from .api import (ExportOptions, _check_target, _versions, check_parity, partial_folder,
+from .api import (ExportOptions, _check_target, _versions, check_parity, locked, partial_folder,
                   resolve_model)
 from .precisions import PRECISIONS, precision
 
@@ -76,8 +76,12 @@ def _io(proto: onnx.ModelProto) -> tuple[dict, dict]:
 def adopt(folder: str | Path, out: str | Path, options: AdoptOptions = AdoptOptions(), *,
           progress: Callable[[str], None] | None = None) -> Manifest:
     """Turn the folder made elsewhere at `folder` into a bertonnx export at `out`."""
-    say = progress or (lambda msg: None)
     src, out = Path(folder).expanduser(), Path(out).expanduser()
+    with locked(out):  # one writer per --out, as export
+        return _adopt(src, out, options, progress or (lambda msg: None))
+
+
+def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
     if not src.is_dir():
         raise ArtifactError(f"{src} does not exist", "check the path")
     foreign = read_foreign(src, options.task)

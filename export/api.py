@@ -4,20 +4,26 @@
          -> parity -> bertonnx.json -> rename into place
 
 Everything is written into a hidden sibling folder and renamed to `out` only once the manifest is
-written, so an interrupted export never leaves a folder that looks complete.
+written, so an interrupted export never leaves a folder that looks complete. Scratch files (the
+raw graph, the optimizer's and the quantizer's copies) live inside that folder too, so a
+SIGKILL leaves nothing in /tmp and the next export to `out` removes it all. An export holds an
+exclusive lock on `out` (`flock` on `.OUT.lock` beside it) from its first check to the rename:
+a second export to the same `out` fails at once instead of both reporting success.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import onnx
 
@@ -133,6 +139,38 @@ def _remove_stale_partials(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+@contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold the exclusive lock on `out` (`.OUT.lock` beside it); ArtifactError at once when
+    another process holds it. The kernel drops a flock when its holder dies, so a killed
+    export never leaves `out` locked."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.with_name(f".{out.name}.lock")
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ArtifactError(f"another export is writing {out} (pid {holder} holds {path})",
+                                "wait for it to finish, or choose another --out") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # its holder removed the file between our open and flock: take a new one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.unlink(path)  # before unlocking, so no one locks a file that is going away
+        os.close(fd)
+
+
 def partial_folder(out: Path) -> Path:
     """A fresh hidden sibling of `out` to build in (renamed to `out` when complete), after
     deleting those that killed exports left (their pid is in the name)."""
@@ -147,8 +185,12 @@ def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: st
                  options: ExportOptions = ExportOptions(), *,
                  progress: Callable[[str], None] | None = None) -> Manifest:
     """Export `model` for `task` into `out` (see module docstring); returns the manifest."""
-    say = progress or (lambda msg: None)
     out = Path(out).expanduser()
+    with locked(out):
+        return _export(model, task, out, options, progress or (lambda msg: None))
+
+
+def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifest:
     _check_target(out, options.force)
     in_memory = isinstance(model, (Bert, LoadedCheckpoint))
     say(f"loading {model if not in_memory else 'model'} for {task}")
@@ -175,13 +217,16 @@ def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: st
 def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
            source) -> Manifest:
     c = m.config
-    with tempfile.TemporaryDirectory(prefix="bertonnx-export-") as scratch:
-        raw = Path(scratch) / "raw.onnx"
+    # scratch inside the partial folder: gone before the manifest hashes the folder, and
+    # removed with the folder by the next export if this one is killed
+    with tempfile.TemporaryDirectory(prefix=".scratch-", dir=tmp) as scratch:
+        scratch = Path(scratch)
+        raw = scratch / "raw.onnx"
         say(f"exporting to ONNX (opset {options.opset}, {graph.EXPORTER})")
         graph.export_onnx(m, raw, options.opset)
         if options.optimize:
             say("fusing (onnxruntime transformer optimizer, model_type bert)")
-            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size)
+            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch)
             fusion.check_fused(fusion.fused_counts(proto), c)
         else:
             proto = onnx.load(str(raw))
@@ -190,7 +235,7 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         row = precision(options.quantize)
         if row.convert is not None:
             say(row.progress)
-            proto, quant = row.convert(proto, options)
+            proto, quant = row.convert(proto, options, scratch)
         counts = fusion.fused_counts(proto)
         if options.optimize:
             fusion.check_fused(counts, c)

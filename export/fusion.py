@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -69,17 +70,35 @@ def layer_applications(c: BertConfig) -> int:
     return c.num_hidden_layers * c.inner_group_num
 
 
-def fuse(path: Path, num_heads: int, hidden_size: int) -> onnx.ModelProto:
-    """The fused graph of the model at `path` (not written; the caller saves it)."""
-    from onnxruntime.transformers.optimizer import optimize_model
+def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = None
+         ) -> onnx.ModelProto:
+    """The fused graph of the model at `path` (not written; the caller saves it).
+
+    `optimize_model(opt_level=1)` in two steps, so its intermediate graph (as large as the
+    model) goes to `scratch` — the export's own folder, which a later export cleans up after a
+    SIGKILL — rather than an unnamed folder in /tmp that nothing removes."""
+    from onnxruntime.transformers.optimizer import optimize_by_fusion, optimize_by_onnxruntime
 
     # The optimizer logs every fusion at INFO through its own loggers; keep the CLI quiet.
     for name in ("onnxruntime.transformers", "fusion_base", "onnx_model", "onnx_model_bert"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    opt = optimize_model(str(path), model_type="bert", num_heads=num_heads,
-                         hidden_size=hidden_size, opt_level=1)
+    with tempfile.TemporaryDirectory(prefix="bertonnx-fuse-", dir=scratch) as d:
+        basic = Path(d) / "basic.onnx"
+        # what optimize_model runs at opt_level 1: onnxruntime's basic graph optimisations
+        # (constant folding, cast elimination), ConstantSharing off
+        optimize_by_onnxruntime(str(path), use_gpu=False, optimized_model_path=str(basic),
+                                opt_level=1, disabled_optimizers=["ConstantSharing"],
+                                save_as_external_data=_has_external_data(path))
+        opt = optimize_by_fusion(onnx.load(str(basic)), "bert", num_heads, hidden_size)
     share_identical_initializers(opt.model)
     return opt.model
+
+
+def _has_external_data(path: Path) -> bool:
+    from onnx.external_data_helper import uses_external_data
+
+    g = onnx.load(str(path), load_external_data=False)
+    return any(uses_external_data(t) for t in g.graph.initializer)
 
 
 def share_identical_initializers(proto: onnx.ModelProto) -> int:

@@ -17,15 +17,16 @@ from typing import Callable
 from bertonnx.runtime.errors import CheckFailed, ConfigError
 
 
-# --- conversions (proto, ExportOptions) -> (proto, the manifest's quantization record) -----
+# --- conversions (proto, ExportOptions, scratch folder or None) -> (proto, the manifest's
+# quantization record) ------------------------------------------------------------------------
 
-def _int8(proto, options):
+def _int8(proto, options, scratch=None):
     from . import quantize
 
-    return quantize.int8(proto, options.int8)
+    return quantize.int8(proto, options.int8, scratch)
 
 
-def _fp16(proto, options):
+def _fp16(proto, options, scratch=None):
     from . import quantize
 
     return quantize.fp16(proto)

@@ -31,6 +31,7 @@ import onnx
 from bertonnx.runtime.errors import InputError
 
 from . import tied_decoder
+from .graph import save_model
 
 WEIGHT_TYPES = ("QInt8", "QUInt8")
 # What a fused BERT graph holds that dynamic int8 helps; not Transpose/Gather, whose "8-bit
@@ -89,9 +90,14 @@ def _root_logger_at_error():
         root.setLevel(level)
 
 
-def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None
-         ) -> tuple[onnx.ModelProto, dict]:
-    """Dynamic int8 of the fused graph `proto`; returns the graph and the manifest's settings."""
+def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
+         scratch: Path | None = None) -> tuple[onnx.ModelProto, dict]:
+    """Dynamic int8 of the fused graph `proto`; returns the graph and the manifest's settings.
+
+    Its files (the graph handed to the quantizer by path, which then writes its shape-inferred
+    copy beside it, and the result) go to `scratch` when given: the export's own folder, which
+    a later export cleans up after a SIGKILL. Given a proto instead, the quantizer would copy
+    it to a folder of its own in /tmp."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
@@ -100,9 +106,12 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None
     fp32 = _positioned_embeddings(proto)  # left fp32, and so is the decoder tied to them
     tied = tied_decoder.hide(proto)
     proto = SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
-    with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-") as d:
-        out = Path(d) / "int8.onnx"
-        quantize_dynamic(proto, out, per_channel=s.per_channel, reduce_range=s.reduce_range,
+    with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-",
+                                                              dir=scratch) as d:
+        source, out = Path(d) / "fused.onnx", Path(d) / "int8.onnx"
+        save_model(proto, source)
+        del proto
+        quantize_dynamic(source, out, per_channel=s.per_channel, reduce_range=s.reduce_range,
                          weight_type=getattr(QuantType, s.weight_type),
                          op_types_to_quantize=list(QUANTIZED_OPS),
                          nodes_to_exclude=list(tied_decoder.NODES) + fp32,

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .bounds import MAX_BATCH_SIZE, MAX_THREADS
 from .errors import InputError
 from .io import read_input_file, texts_of
 from .triton import KINDS as TRITON_KINDS
@@ -37,11 +38,12 @@ class Renamed(click.Option):
 def inference_options(f):
     """Flags every inference command takes."""
     f = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
-    f = click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+    f = click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=32,
+                     show_default=True,
                      help="Sequences per onnxruntime call (length-sorted micro-batches).")(f)
     f = click.option("--providers", default=None, metavar="LIST",
                      help="Execution providers, e.g. cuda,cpu (default cpu).")(f)
-    f = click.option("--threads", type=click.IntRange(min=0), default=None,
+    f = click.option("--threads", type=click.IntRange(0, MAX_THREADS), default=None,
                      help="onnxruntime intra-op threads (default: onnxruntime's choice).")(f)
     return click.argument("folder", metavar="DIR", type=click.Path(path_type=Path))(f)
 

@@ -19,7 +19,17 @@ class BertOnnxError(Exception):
 
 
 class InputError(BertOnnxError):
-    """Bad user input: empty text, no mask token, unreadable file, bad argument value."""
+    """Bad user input: empty text, no mask token, unreadable file, bad argument value.
+
+    `index`: which input of the call is at fault, when one is (the server then fails only the
+    request that sent it and keeps its batch-mates in one merged call); `parameter`: the
+    keyword argument at fault, when one is."""
+
+    def __init__(self, problem: str, fix: str | None = None, *, index: int | None = None,
+                 parameter: str | None = None):
+        super().__init__(problem, fix)
+        self.index = index
+        self.parameter = parameter
 
 
 class ConfigError(BertOnnxError):

@@ -22,6 +22,7 @@ from .contract import INPUT_DTYPE, INPUT_NAMES, MANIFEST_NAME, task_of_architect
 from .errors import ArtifactError, ConfigError
 from .files import read_json_object
 from .manifest import Manifest
+from .schema import CONFIG_RULES, check_values
 
 log = logging.getLogger("bertonnx")
 
@@ -76,7 +77,8 @@ def read_foreign(path: Path, task: str | None = None) -> ForeignFolder | None:
     if not config_path.is_file():
         raise ArtifactError(f"{path} holds {rel} ({layout.name} layout) but no config.json",
                             "copy the model's config.json next to it")
-    config = read_json_object(config_path, "restore the file")
+    config = check_values(read_json_object(config_path, "restore the file"), CONFIG_RULES,
+                          config_path)
     if task is None:
         arches = config.get("architectures") or []
         task = task_of_architectures(arches)

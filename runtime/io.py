@@ -17,8 +17,16 @@ from .errors import InputError
 def read_lines(path: str | Path) -> list[tuple[int, str]]:
     """(line number, text) of the non-blank lines of `path` (or stdin for "-")."""
     if str(path) == "-":
-        data = sys.stdin.buffer.read()
         name = "standard input"
+        if sys.stdin is None:  # the process started with file descriptor 0 closed
+            raise InputError("standard input is closed, so --input - has nothing to read",
+                             "pipe the inputs in (... | bertonnx CMD DIR --input -) or pass "
+                             "--input FILE")
+        try:
+            data = sys.stdin.buffer.read()
+        except (OSError, ValueError) as e:  # a descriptor closed or unreadable under us
+            raise InputError(f"cannot read standard input ({e})",
+                             "pipe the inputs in, or pass --input FILE") from None
     else:
         p = Path(path)
         if not p.is_file():

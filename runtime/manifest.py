@@ -13,6 +13,13 @@ from pathlib import Path
 from .contract import EXPORT_TASKS, MANIFEST_NAME, MANIFEST_VERSION, MODEL_NAME
 from .errors import ArtifactError
 from .files import read_json_object
+from .tokenizer import TOKENIZER_FILES
+
+# Files the runtime reads from an export: the graph and config.json always, the tokenizer's
+# when present. Each must be listed (and so hashed): an unlisted one could be edited, or
+# dropped in (a tokenizer.json wins over vocab.txt), with nothing to notice.
+REQUIRED_FILES = (MODEL_NAME, "config.json")
+READ_WHEN_PRESENT = TOKENIZER_FILES
 
 
 def sha256(path: Path, chunk: int = 1 << 20) -> str:
@@ -77,6 +84,9 @@ class Manifest:
         version = data.get("version")
         if not isinstance(version, int) or isinstance(version, bool):
             raise ArtifactError(f"{path} has no schema version", "export the model again")
+        if version < 1:
+            raise ArtifactError(f"{path} has schema version {version}; versions start at 1",
+                                "export the model again")
         if version > MANIFEST_VERSION:
             raise ArtifactError(f"{path} has schema version {version}, newer than this bertonnx "
                                 f"understands ({MANIFEST_VERSION})", "upgrade bertonnx")
@@ -92,9 +102,13 @@ class Manifest:
         if not all(isinstance(v, str) for v in data["files"].values()):
             raise ArtifactError(f"{path} lists files without a sha256 string",
                                 "export the model again")
-        if MODEL_NAME not in data["files"]:
-            # without it nothing would vouch for the graph: a damaged one would load unchecked
-            raise ArtifactError(f"{path} does not list {MODEL_NAME}", "export the model again")
+        unlisted = [n for n in REQUIRED_FILES if n not in data["files"]]
+        unlisted += [n for n in READ_WHEN_PRESENT
+                     if n not in data["files"] and (folder / n).exists()]
+        if unlisted:
+            # nothing would vouch for them: a damaged or edited one would load unchecked
+            raise ArtifactError(f"{path} does not list {', '.join(unlisted)}, which the "
+                                "runtime reads", "export the model again")
         if data["task"] not in EXPORT_TASKS:
             raise ArtifactError(f"{path} names unknown task {data['task']!r}",
                                 "export the model again")

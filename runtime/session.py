@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from .bounds import check_threads
 from .errors import ArtifactError, ConfigError
 
 # Short names users type (CLI `--providers cuda,cpu`) -> onnxruntime provider names.
@@ -106,9 +107,7 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     if optimization not in OPTIMIZATION_LEVELS:
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
-    if threads is not None and (not isinstance(threads, int) or threads < 0):
-        raise ConfigError(f"threads must be a non-negative integer, got {threads!r}",
-                          "pass e.g. --threads 4 (0 = onnxruntime's default)")
+    check_threads(threads)
     config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization,
                            memory_arena)
     opts = ort.SessionOptions()

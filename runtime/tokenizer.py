@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from . import tokenizer_families as fam
 from .errors import ArtifactError, InputError
 from .files import read_json_object
+from .schema import SPECIAL_TOKENS_MAP_RULES, TOKENIZER_CONFIG_RULES, check_values
 
 # Every file a tokenizer may be read from: build/save.py, export and the benchmark copy by it.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -92,8 +93,10 @@ class TextTokenizer:
         folder = Path(path)
         if not folder.is_dir():
             raise ArtifactError(f"tokenizer folder {folder} does not exist", "check the path")
-        cfg = _read_json(folder / "tokenizer_config.json")
-        special_map = _read_json(folder / "special_tokens_map.json")
+        cfg = check_values(_read_json(folder / "tokenizer_config.json"),
+                           TOKENIZER_CONFIG_RULES, folder / "tokenizer_config.json")
+        special_map = check_values(_read_json(folder / "special_tokens_map.json"),
+                                   SPECIAL_TOKENS_MAP_RULES, folder / "special_tokens_map.json")
         legacy_added = _read_json(folder / "added_tokens.json")
         files = {n: (folder / n).read_bytes() for n in TOKENIZER_FILES if (folder / n).is_file()}
         declared = fam.declared_family(folder, cfg, _read_json)

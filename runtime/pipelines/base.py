@@ -8,14 +8,17 @@ A pipeline is built from an `ExportFolder` (manifest verified, config.json, toke
     fused Attention assumes right padding) -> session -> each row written back to its
     encoding's position -> per-input post-processing -> unwrap
 
-Subclasses declare their input rules (`read_inputs`, `unwrap`, `input_hint`) and
-post-process; they never index batches back into inputs themselves. Reference: fastembed's
+Subclasses declare their input rules (`read_inputs`, `unwrap`, `input_hint`), their keyword
+arguments (`PARAMETERS`, checked by `check_parameters`), what a call costs (`work`, which the
+server checks against its limits before queueing a request) and post-process; they never index
+batches back into inputs themselves. Reference: fastembed's
 `OnnxTextModel` (the base owns the batch loop).
 """
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar, Iterator, Mapping, Sequence
@@ -24,19 +27,38 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
+from ..bounds import MAX_BATCH_SIZE, check_batch_size
 from ..contract import MODEL_NAME, TASKS, output_names, usable_positions
 from ..errors import ArtifactError, InputError
 from ..files import read_json_object
 from ..foreign import ForeignFolder, read_foreign
 from ..manifest import Manifest
+from ..schema import CONFIG_RULES, check_values
 from ..postprocess import clean_up_tokenization
 from ..session import Session
 from ..tokenizer import WordPieceTokenizer, load_tokenizer
 from .inputs import Inputs, read_texts
+from .parameters import Rule, check, integer
 
 log = logging.getLogger("bertonnx")
 
 DEFAULT_BATCH_SIZE = 32
+# Tokenizer copies with per-call truncation settings (`Pipeline.backend`) kept at once, least
+# recently used dropped first. Each costs about the tokenizer's size (all-MiniLM-L6-v2's
+# 30,522-token WordPiece: ~1.3 MB, measured in tests/reliability/test_server_limits.py); a
+# server sees one per distinct QA (max_seq_len, doc_stride) or token-classification stride,
+# and every one of them was kept forever (688 QA variants: 207 MB -> 4.3 GB).
+BACKEND_CACHE = 8
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a call would cost, known before the model runs: the tokens it feeds the model
+    (every window of a long input counted) and the answers it returns (fill-mask proposals,
+    QA spans; 0 where the inputs alone bound them)."""
+
+    tokens: int
+    answers: int = 0
 
 
 @dataclass
@@ -62,7 +84,8 @@ class ExportFolder:
             manifest, config = foreign.manifest, foreign.config
         else:
             manifest = manifest or Manifest.read(path)
-            config = _read_json(path / "config.json")
+            config = check_values(_read_json(path / "config.json"), CONFIG_RULES,
+                                  path / "config.json")
         tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
         return cls(path, manifest, config, tokenizer, tokenizer.config,
                    foreign.model_file if foreign else MODEL_NAME, foreign)
@@ -125,19 +148,24 @@ class Pipeline:
     task: ClassVar[str]
     # What the task accepts, for error messages and protocol hints ("send " + input_hint).
     input_hint: ClassVar[str] = "a text or a list of texts"
+    # The call's keyword arguments and what each takes (parameters.py); subclasses extend it.
+    PARAMETERS: ClassVar[dict[str, Rule]] = {
+        "batch_size": integer(1, MAX_BATCH_SIZE, none=True, example=32)}
 
     def __init__(self, folder: ExportFolder, session: Session,
                  batch_size: int = DEFAULT_BATCH_SIZE):
         self.folder = folder
         self.session = session
         self.tokenizer = folder.tokenizer
+        check_batch_size(batch_size, "batch_size=32")
         self.batch_size = batch_size
         self.outputs = output_names(self.task)
         problems = TASKS[self.task].output_problems(session.output_shapes, folder.config)
         if problems:
             raise ArtifactError(f"{folder.model_path} does not fit {self.task}: "
                                 f"{'; '.join(problems)}", "export the model again for this task")
-        self._backends: dict[tuple, Tokenizer] = {}
+        self._backends: OrderedDict[tuple, Tokenizer] = OrderedDict()  # LRU, BACKEND_CACHE
+        self._backend_json: str | None = None   # the tokenizer serialized once, for copies
         self._lock = threading.Lock()
         self._cleanup = folder.tokenizer.clean_up_tokenization_spaces  # as transformers decodes
         self._token_types = "token_type_ids" in folder.tokenizer.model_input_names
@@ -187,22 +215,48 @@ class Pipeline:
         """`unwrap` undone: one result per input from the call's answer (the CLI's tables)."""
         return [answer] if inputs.single else answer
 
+    def check_parameters(self, **params) -> None:
+        """Each keyword argument given, checked by type and range (InputError naming it)."""
+        check(self.PARAMETERS, params, self)
+
+    @classmethod
+    def windowed_chars(cls, inputs: Inputs) -> int:
+        """Characters of the texts the task tokenizes whole (windowed, not truncated): those
+        cost memory by their length, so the server caps them before tokenizing. 0 here."""
+        return 0
+
+    def work(self, inputs: Inputs, **params) -> Work:
+        """What `self(inputs, **params)` would cost (see `Work`), without running the model;
+        raises the InputError that call would raise for a bad input. Here: each text's
+        tokens, truncated to the model's length."""
+        texts = [r if isinstance(r, str) else r.text for r in inputs.records]
+        pairs = [getattr(r, "text_pair", None) for r in inputs.records]
+        return Work(sum(len(e.ids) for e in self.encode(texts, pairs, warn=False)))
+
     # -- tokenization ------------------------------------------------------------------
 
     def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first"
                 ) -> Tokenizer:
-        """A copy of the tokenizer with truncation set, one per setting, shared by calls.
+        """A copy of the tokenizer with truncation set, shared by calls with that setting.
 
-        The shared tokenizer is never mutated (the server calls pipelines from threads).
+        The shared tokenizer is never mutated (the server calls pipelines from threads). The
+        copies live in a least-recently-used cache of BACKEND_CACHE: any sequence of settings
+        holds at most that many (a call keeps its own copy alive while it runs, evicted or not).
         """
         key = (max_length, stride, strategy)
         with self._lock:
             tok = self._backends.get(key)
-            if tok is None:
-                tok = Tokenizer.from_str(self.tokenizer.backend.to_str())
-                tok.no_padding()
-                tok.enable_truncation(max_length, stride=stride, strategy=strategy)
-                self._backends[key] = tok
+            if tok is not None:
+                self._backends.move_to_end(key)
+                return tok
+            if self._backend_json is None:
+                self._backend_json = self.tokenizer.backend.to_str()
+            tok = Tokenizer.from_str(self._backend_json)
+            tok.no_padding()
+            tok.enable_truncation(max_length, stride=stride, strategy=strategy)
+            self._backends[key] = tok
+            while len(self._backends) > BACKEND_CACHE:
+                self._backends.popitem(last=False)
         return tok
 
     def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True) -> list:
@@ -278,13 +332,23 @@ class Pipeline:
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
+        check_batch_size(size, "batch_size=32")
         for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and
                 # the model reads zeros; a tokenizer's pair template may still number segments
                 feeds["token_type_ids"] = np.zeros_like(feeds["token_type_ids"])
-            yield batch, self.session.run(feeds, self.outputs)
+            out = self.session.run(feeds, self.outputs)
+            # a graph whose output axes are symbolic escaped the check at load: check the
+            # arrays (labels read past config.json's id2label would flip or shift the answer)
+            problems = TASKS[self.task].output_problems(
+                {k: list(v.shape) for k, v in out.items()}, self.folder.config)
+            if problems:
+                raise ArtifactError(f"{self.folder.model_path} answered outputs that do not fit "
+                                    f"{self.task}: {'; '.join(problems)}",
+                                    "export the model again for this task")
+            yield batch, out
 
     def infer(self, encodings: list, per_batch: Callable[[Batch, dict], Sequence],
               batch_size: int | None = None) -> list:

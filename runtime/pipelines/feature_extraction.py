@@ -13,15 +13,18 @@ import numpy as np
 from ..errors import InputError
 from ..postprocess import POOLINGS, l2_normalize, pool
 from .base import Pipeline
+from .parameters import boolean, choice
 
 
 class FeatureExtractionPipeline(Pipeline):
     task = "feature-extraction"
+    PARAMETERS = {**Pipeline.PARAMETERS, "pooling": choice(POOLINGS), "normalize": boolean(),
+                  "return_tensors": boolean()}
 
     def __call__(self, inputs, pooling: str = "mean", normalize: bool = False,
                  return_tensors: bool = False, batch_size: int | None = None):
-        if pooling not in POOLINGS:
-            raise InputError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
+        self.check_parameters(pooling=pooling, normalize=normalize,
+                              return_tensors=return_tensors, batch_size=batch_size)
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
         read = self.read_inputs(inputs)

@@ -14,14 +14,18 @@ import numpy as np
 
 from ..errors import InputError
 from ..postprocess import mask_probabilities, topk
-from .base import Pipeline
-from .inputs import check_text
+from .base import Pipeline, Work
+from .inputs import Inputs, check_text
+from .parameters import integer, strings
 
 log = logging.getLogger("bertonnx")
 
 
 class FillMaskPipeline(Pipeline):
     task = "fill-mask"
+    # top_k past the vocabulary (or the targets) gives them all, as many as there are
+    PARAMETERS = {**Pipeline.PARAMETERS, "top_k": integer(1, example=5),
+                  "targets": strings(single=True)}
 
     def target_ids(self, targets) -> np.ndarray:
         if isinstance(targets, str):
@@ -49,20 +53,45 @@ class FillMaskPipeline(Pipeline):
                              "pass targets that are words of the model's vocabulary")
         return np.array(sorted(set(ids)), dtype=np.int64)
 
-    def __call__(self, inputs, top_k: int = 5, targets=None, batch_size: int | None = None):
-        mask_id = self.tokenizer.mask_token_id
-        if mask_id is None:
+    def _texts(self, read: Inputs) -> list[str]:
+        """The texts, each known to hold the mask token (InputError naming the one without)."""
+        if self.tokenizer.mask_token_id is None:
             raise InputError("this tokenizer defines no mask token", "use a fill-mask export")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise InputError(f"top_k must be a positive integer, got {top_k!r}", "pass top_k ≥ 1")
-        read = self.read_inputs(inputs)
         texts = list(read.records)
         mask_tok = self.tokenizer.mask_token
         for i, t in enumerate(texts):
             if mask_tok not in t:
                 where = "the text" if read.single else f"text #{i}"
                 raise InputError(f"no mask token {mask_tok} in {where}: {t[:60]!r}",
-                                 f"put {mask_tok} where the word to predict goes")
+                                 f"put {mask_tok} where the word to predict goes", index=i)
+        return texts
+
+    def _lost_mask(self, i: int, enc) -> InputError:
+        """The error for text i, whose encoding `enc` holds no mask token."""
+        if enc.overflowing:
+            return InputError(f"the mask token of text #{i} lies beyond the model's "
+                              f"{self.max_length} tokens and was truncated away",
+                              "shorten the text or move the mask nearer its start", index=i)
+        return InputError(f"text #{i} has no {self.tokenizer.mask_token} token after "
+                          "tokenization", f"write the mask exactly as {self.tokenizer.mask_token}",
+                          index=i)
+
+    def work(self, inputs: Inputs, top_k: int = 5, targets=None, batch_size=None) -> Work:
+        """Tokens as the base counts them; answers = proposals, top_k per mask kept."""
+        encs = self.encode(self._texts(inputs), warn=False)
+        for i, e in enumerate(encs):
+            if self.tokenizer.mask_token_id not in e.ids:
+                raise self._lost_mask(i, e)
+        k = min(top_k, self.tokenizer.vocab_size if targets is None else
+                len([targets] if isinstance(targets, str) else targets))
+        masks = sum(e.ids.count(self.tokenizer.mask_token_id) for e in encs)
+        return Work(sum(len(e.ids) for e in encs), masks * k)
+
+    def __call__(self, inputs, top_k: int = 5, targets=None, batch_size: int | None = None):
+        self.check_parameters(top_k=top_k, targets=targets, batch_size=batch_size)
+        mask_id = self.tokenizer.mask_token_id
+        read = self.read_inputs(inputs)
+        texts = self._texts(read)
         tids = None if targets is None else self.target_ids(targets)
         k = top_k if tids is None else min(top_k, len(tids))
         encs = self.encode(texts, warn=False)  # warned below, once every mask is known kept
@@ -71,12 +100,7 @@ class FillMaskPipeline(Pipeline):
             rows, cols = np.nonzero(batch.input_ids == mask_id)          # (M,), (M,)
             for r in np.setdiff1d(np.arange(len(batch.index)), rows):
                 i = int(batch.index[r])
-                if encs[i].overflowing:
-                    raise InputError(f"the mask token of text #{i} lies beyond the model's "
-                                     f"{self.max_length} tokens and was truncated away",
-                                     "shorten the text or move the mask nearer its start")
-                raise InputError(f"text #{i} has no {self.tokenizer.mask_token} token after "
-                                 "tokenization", f"write the mask exactly as {mask_tok}")
+                raise self._lost_mask(i, encs[i])
             probs = mask_probabilities(out["logits"][rows, cols], tids)  # (M, V or targets)
             vals, idx = topk(probs, k)
             preds = idx if tids is None else tids[idx]                    # (M, k) token ids

@@ -83,19 +83,21 @@ def read_texts(inputs, what: str = "text") -> Inputs:
         raise InputError(f"expected a string or a list of strings, got {type(inputs).__name__}",
                          f"pass the {what} as a str or list[str]")
     for i, t in enumerate(texts):
-        check_text(t, what if single else f"{what} #{i}")
+        check_text(t, what if single else f"{what} #{i}", index=i)
     return Inputs(tuple(texts), single, "str" if single else "list")
 
 
-def check_text(text, what: str = "text") -> None:
+def check_text(text, what: str = "text", index: int | None = None) -> None:
+    """`index`: the input's place in the call, carried by the error (InputError.index)."""
     if not isinstance(text, str):
-        raise InputError(f"{what} is a {type(text).__name__}, not a string", "pass text")
+        raise InputError(f"{what} is a {type(text).__name__}, not a string", "pass text",
+                         index=index)
     if not text.strip():
-        raise InputError(f"{what} is empty", "pass some text")
+        raise InputError(f"{what} is empty", "pass some text", index=index)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         # a lone surrogate (e.g. "\ud83d" from a JSON file cut mid-emoji) is not Unicode text;
         # the tokenizer would fail with an opaque TypeError
         raise InputError(f"{what} holds a lone surrogate U+{ord(text[e.start]):04X} at "
-                         f"character {e.start}", "fix the text's encoding") from e
+                         f"character {e.start}", "fix the text's encoding", index=index) from e

@@ -29,12 +29,19 @@ import numpy as np
 from ..batches import pad_rows
 from ..errors import InputError
 from ..postprocess import qa_best_spans, qa_probabilities, valid_span_counts, word_char_spans
-from .base import Pipeline, Windows, row_field, unpadded
+from .base import Pipeline, Windows, Work, row_field, unpadded
 from .inputs import Inputs, QAInput, check_text
+from .parameters import boolean, integer
 
 
 class QuestionAnsweringPipeline(Pipeline):
     task = "question-answering"
+    PARAMETERS = {
+        **Pipeline.PARAMETERS, "top_k": integer(1), "doc_stride": integer(0, none=True, example=128),
+        "max_answer_len": integer(1, example=15),
+        "max_seq_len": integer(1, lambda pipe: pipe.max_length, none=True, example=384),
+        "max_question_len": integer(1, example=64),
+        "handle_impossible_answer": boolean(), "align_to_words": boolean()}
 
     input_hint = '{"question": "...", "context": "..."} or a list of such objects'
 
@@ -48,8 +55,8 @@ class QuestionAnsweringPipeline(Pipeline):
         examples, single = cls._examples(args, question, context)
         for i, (q, c) in enumerate(examples):
             where = "" if single else f" of input #{i}"
-            check_text(q, f"the question{where}")
-            check_text(c, f"the context{where}")
+            check_text(q, f"the question{where}", index=i)
+            check_text(c, f"the context{where}", index=i)
         return Inputs(tuple(QAInput(q, c) for q, c in examples), single,
                       "dict" if single else "list")
 
@@ -84,7 +91,7 @@ class QuestionAnsweringPipeline(Pipeline):
                 for i, it in enumerate(items):
                     if not isinstance(it, dict) or "question" not in it or "context" not in it:
                         raise InputError(f"input #{i} is not a {{question, context}} dict",
-                                         'pass {"question": ..., "context": ...}')
+                                         'pass {"question": ..., "context": ...}', index=i)
                     pairs.append((it["question"], it["context"]))
                 return pairs, single
             else:
@@ -110,58 +117,88 @@ class QuestionAnsweringPipeline(Pipeline):
                  max_seq_len: int | None = None, max_question_len: int = 64,
                  handle_impossible_answer: bool = False, align_to_words: bool = True,
                  batch_size: int | None = None):
+        self.check_parameters(top_k=top_k, doc_stride=doc_stride, max_answer_len=max_answer_len,
+                              max_seq_len=max_seq_len, max_question_len=max_question_len,
+                              handle_impossible_answer=handle_impossible_answer,
+                              align_to_words=align_to_words, batch_size=batch_size)
         read = self.read_inputs(*args, question=question, context=context)
-        for name, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
-                        ("max_question_len", max_question_len)):
-            if not isinstance(v, int) or v < 1:
-                raise InputError(f"{name} must be a positive integer, got {v!r}",
-                                 f"pass {name} ≥ 1")
-        if max_seq_len is None:
-            max_seq_len = min(self.max_length, 384)
-        if max_seq_len > self.max_length:
-            raise InputError(f"max_seq_len {max_seq_len} exceeds the model's {self.max_length} "
-                             "tokens", f"pass max_seq_len ≤ {self.max_length}")
-        if doc_stride is None:
-            doc_stride = min(max_seq_len // 2, 128)
-        if not isinstance(doc_stride, int) or doc_stride < 0:
-            raise InputError(f"doc_stride must be a non-negative integer, got {doc_stride!r}",
-                             "pass e.g. doc_stride=128")
+        max_seq_len, doc_stride = self._lengths(max_seq_len, doc_stride)
         windows = self._windows(read, max_seq_len, doc_stride, max_question_len)
         logits = self.infer(windows.encodings, lambda batch, out: list(zip(
             unpadded(batch, out["start_logits"]), unpadded(batch, out["end_logits"]))),
             batch_size)
         results = []
-        for record, encs, rows in zip(read.records, windows.per_input(windows.encodings),
-                                      windows.per_input(logits)):
+        for i, (record, encs, rows) in enumerate(zip(read.records,
+                                                     windows.per_input(windows.encodings),
+                                                     windows.per_input(logits))):
             starts, ends = zip(*rows)
-            results.append(self._answers(record.context, encs, starts, ends, top_k,
+            results.append(self._answers(i, record.context, encs, starts, ends, top_k,
                                          max_answer_len, handle_impossible_answer,
                                          align_to_words))
         return self.unwrap(results, read)
 
-    def _windows(self, read: Inputs, max_seq_len, doc_stride, max_question_len) -> Windows:
-        """All windows of all inputs, checked to hold the question and some of the context."""
+    def _lengths(self, max_seq_len, doc_stride) -> tuple[int, int]:
+        """max_seq_len and doc_stride with their defaults filled in."""
+        if max_seq_len is None:
+            max_seq_len = min(self.max_length, 384)
+        if doc_stride is None:
+            doc_stride = min(max_seq_len // 2, 128)
+        return max_seq_len, doc_stride
+
+    def _rooms(self, read: Inputs, max_seq_len, doc_stride, max_question_len) -> list[int]:
+        """The context tokens each input's windows hold, each input checked to have room for
+        some context beside its question (InputError naming the input otherwise)."""
         q_lens = [len(e.ids) for e in self.tokenizer.backend.encode_batch(
             [r.question for r in read.records], add_special_tokens=False)]
+        rooms = []
         for i, n in enumerate(q_lens):
             where = "the question" if read.single else f"the question of input #{i}"
             if n > max_question_len:
                 raise InputError(f"{where} has {n} tokens, more than max_question_len="
                                  f"{max_question_len}",
-                                 "shorten the question or raise max_question_len")
+                                 "shorten the question or raise max_question_len", index=i)
             # [CLS] q [SEP] c [SEP] (BERT), <s> q </s></s> c </s> (RoBERTa)
             room = max_seq_len - n - self.tokenizer.num_special_tokens_to_add(True)
             if room < 1:
                 raise InputError(f"{where} ({n} tokens) leaves no room for the context in "
-                                 f"max_seq_len={max_seq_len}", "shorten the question")
+                                 f"max_seq_len={max_seq_len}", "shorten the question", index=i)
             if doc_stride >= room:
                 raise InputError(f"doc_stride={doc_stride} must be smaller than the {room} "
                                  f"context tokens a window holds next to {where}",
-                                 "lower doc_stride or raise max_seq_len")
+                                 "lower doc_stride or raise max_seq_len", index=i)
+            rooms.append(room)
+        return rooms
+
+    def _windows(self, read: Inputs, max_seq_len, doc_stride, max_question_len) -> Windows:
+        """All windows of all inputs, checked to hold the question and some of the context."""
+        self._rooms(read, max_seq_len, doc_stride, max_question_len)
         return self.encode_windows(list(read.records), max_seq_len, doc_stride, "only_second")
 
-    def _answers(self, context_text, windows, start_logits, end_logits, top_k, max_answer_len,
-                 handle_impossible, align_to_words):
+    @classmethod
+    def windowed_chars(cls, inputs: Inputs) -> int:
+        return sum(len(r.context) for r in inputs.records)
+
+    def work(self, inputs: Inputs, top_k: int = 1, doc_stride=None, max_answer_len=15,
+             max_seq_len=None, max_question_len=64, handle_impossible_answer=False,
+             align_to_words=True, batch_size=None) -> Work:
+        """Tokens: every window at its full length (a window of `room` context tokens steps
+        by room - doc_stride, so a doc_stride near the room multiplies the windows);
+        answers: top_k per input."""
+        max_seq_len, doc_stride = self._lengths(max_seq_len, doc_stride)
+        rooms = self._rooms(inputs, max_seq_len, doc_stride, max_question_len)
+        contexts = self.tokenizer.backend.encode_batch([r.context for r in inputs.records],
+                                                       add_special_tokens=False)
+        tokens = 0
+        for i, (room, c) in enumerate(zip(rooms, contexts)):
+            n = len(c.ids)
+            if n == 0:
+                raise _no_context(i)
+            windows = 1 + max(0, -(-(n - room) // (room - doc_stride)))
+            tokens += windows * (max_seq_len - room + min(room, n))
+        return Work(tokens, top_k * len(inputs))
+
+    def _answers(self, index, context_text, windows, start_logits, end_logits, top_k,
+                 max_answer_len, handle_impossible, align_to_words):
         # the windows' token facts as (W, T) arrays, right-padded like the batches
         ids = pad_rows([w.ids for w in windows], -1)
         # the second sequence's tokens: by sequence ids, since RoBERTa-like families give
@@ -174,7 +211,7 @@ class QuestionAnsweringPipeline(Pipeline):
         E = pad_rows(end_logits, 0, dtype=np.float32)
         context = (second == 1) & ~special          # the context's own tokens
         if not context.any():
-            raise InputError("the context has no text the tokenizer keeps", "pass a real context")
+            raise _no_context(index)
         # transformers keeps [CLS] in the softmax (p_mask 0) but never as an answer end
         allowed = context | (ids == self.tokenizer.cls_token_id)
         start, end, null = qa_probabilities(S, E, allowed)
@@ -197,6 +234,11 @@ class QuestionAnsweringPipeline(Pipeline):
         answers.sort(key=lambda a: a["score"], reverse=True)
         answers = answers[:top_k]
         return answers[0] if top_k == 1 else answers
+
+
+def _no_context(index: int) -> InputError:
+    return InputError("the context has no text the tokenizer keeps", "pass a real context",
+                      index=index)
 
 
 def _merge(text: str, char_starts, char_ends, scores) -> list[dict]:

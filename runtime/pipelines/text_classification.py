@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..postprocess import FUNCTIONS, classification_scores, default_function
 from .base import Pipeline, row_field
 from .inputs import Inputs, TextPair, check_text
+from .parameters import Rule, choice, integer
 
 
 class _Legacy:
@@ -24,10 +25,17 @@ class _Legacy:
 
 
 LEGACY = _Legacy()  # top_k not given: transformers' pre-top_k output shape
+_TOP_K = integer(1)
 
 
 class TextClassificationPipeline(Pipeline):
     task = "text-classification"
+    PARAMETERS = {
+        **Pipeline.PARAMETERS,
+        # left out: the best label in transformers' legacy shape; None (null): every label
+        "top_k": Rule(lambda v, pipe: None if v is LEGACY or v is None or _TOP_K.ok(v, pipe)
+                      is None else "a positive integer, or null for every label", "2"),
+        "function_to_apply": choice(FUNCTIONS, none=True, fold_case=True)}
 
     @property
     def labels(self) -> list[str]:
@@ -58,15 +66,15 @@ class TextClassificationPipeline(Pipeline):
             if isinstance(item, dict):
                 if "text" not in item or set(item) - {"text", "text_pair"}:
                     raise InputError(f"{where} has keys {sorted(item)}",
-                                     'use {"text": ..., "text_pair": ...}')
+                                     'use {"text": ..., "text_pair": ...}', index=i)
                 text, pair = item["text"], item.get("text_pair")
             elif isinstance(item, (list, tuple)) and len(item) == 2:
                 text, pair = item
             else:
                 text, pair = item, None
-            check_text(text, where)
+            check_text(text, where, index=i)
             if pair is not None:
-                check_text(pair, f"the text_pair of {where}")
+                check_text(pair, f"the text_pair of {where}", index=i)
             records.append(TextPair(text, pair))
         return Inputs(tuple(records), form != "list", form)
 
@@ -106,17 +114,12 @@ class TextClassificationPipeline(Pipeline):
 
     def __call__(self, inputs, top_k=LEGACY, function_to_apply: str | None = None,
                  batch_size: int | None = None):
-        if function_to_apply in (None, "default"):
+        self.check_parameters(top_k=top_k, function_to_apply=function_to_apply,
+                              batch_size=batch_size)
+        fn = (function_to_apply or "default").lower()
+        if fn == "default":
             fn = default_function(self.folder.config.get("problem_type"), self.num_labels)
-        elif isinstance(function_to_apply, str) and function_to_apply.lower() in FUNCTIONS:
-            fn = function_to_apply.lower()
-        else:
-            raise InputError(f"unknown function_to_apply {function_to_apply!r}",
-                             f"use one of {', '.join(FUNCTIONS)}")
         legacy = top_k is LEGACY
-        if not legacy and top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise InputError(f"top_k must be a positive integer or None, got {top_k!r}",
-                             "pass top_k ≥ 1, or None for every label")
         read = self.read_inputs(inputs)
         encs = self.encode([r.text for r in read.records], [r.text_pair for r in read.records])
         labels = self.labels

@@ -14,10 +14,11 @@ import logging
 
 import numpy as np
 
-from ..errors import InputError
 from ..postprocess import (AGGREGATIONS, aggregate_words, entity_groups, group_means,
                            merge_overlapping, softmax, word_groups)
-from .base import Pipeline, unpadded
+from .base import Pipeline, Work, unpadded
+from .inputs import Inputs
+from .parameters import choice, integer, strings
 
 log = logging.getLogger("bertonnx")
 
@@ -33,6 +34,10 @@ def _tag(label: str) -> tuple[bool, str]:
 
 class TokenClassificationPipeline(Pipeline):
     task = "token-classification"
+    PARAMETERS = {**Pipeline.PARAMETERS,
+                  "aggregation_strategy": choice(AGGREGATIONS, fold_case=True),
+                  "ignore_labels": strings(single=False),
+                  "stride": integer(0, lambda pipe: pipe.room - 1, none=True, example=16)}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -46,24 +51,42 @@ class TokenClassificationPipeline(Pipeline):
         # the group's name: transformers splits at the first "-" whatever the prefix
         self._group_names = [lab.split("-", 1)[-1] for lab in self.labels]
 
+    @property
+    def room(self) -> int:
+        """Text tokens a window holds (the model's length less [CLS] and [SEP])."""
+        return self.max_length - self.tokenizer.num_special_tokens_to_add(False)
+
+    def _stride(self, stride) -> int:
+        return min(self.room // 2, 128) if stride is None else stride
+
+    @classmethod
+    def windowed_chars(cls, inputs: Inputs) -> int:
+        return sum(map(len, inputs.records))
+
+    def work(self, inputs: Inputs, aggregation_strategy="none", ignore_labels=None,
+             stride=None, batch_size=None) -> Work:
+        """Tokens: every window of every text at its length (windows step by room - stride)."""
+        room, stride = self.room, self._stride(stride)
+        tokens = 0
+        for e in self.tokenizer.backend.encode_batch(list(inputs.records),
+                                                     add_special_tokens=False):
+            n = len(e.ids)
+            windows = 1 + max(0, -(-(n - room) // (room - stride)))
+            tokens += windows * (self.max_length - room + min(room, n))
+        return Work(tokens)
+
     def __call__(self, inputs, aggregation_strategy: str = "none", ignore_labels=None,
                  stride: int | None = None, batch_size: int | None = None):
-        strategy = str(aggregation_strategy).lower()
-        if strategy not in AGGREGATIONS:
-            raise InputError(f"unknown aggregation_strategy {aggregation_strategy!r}",
-                             f"use one of {', '.join(AGGREGATIONS)}")
+        self.check_parameters(aggregation_strategy=aggregation_strategy,
+                              ignore_labels=ignore_labels, stride=stride, batch_size=batch_size)
+        strategy = aggregation_strategy.lower()
         ignore = {"O"} if ignore_labels is None else set(ignore_labels)
         if strategy in ("first", "average", "max") and not self.tokenizer.continuing_subword_prefix:
             log.warning("the %s tokenizer does not mark sub-words: words are told apart by the "
                         "spaces in the text (transformers' fallback heuristic)",
                         self.tokenizer.family)
         read = self.read_inputs(inputs)
-        room = self.max_length - self.tokenizer.num_special_tokens_to_add(False)
-        if stride is None:
-            stride = min(room // 2, 128)
-        if not isinstance(stride, int) or not 0 <= stride < room:
-            raise InputError(f"stride must be an integer in [0, {room}), got {stride!r}",
-                             "lower the stride")
+        room, stride = self.room, self._stride(stride)
         windows = self.encode_windows(list(read.records), self.max_length, stride)
         probs = self.infer(windows.encodings,
                            lambda batch, out: unpadded(batch, softmax(out["logits"])), batch_size)

@@ -12,18 +12,24 @@ list of those; `parameters` are the pipeline's keyword arguments. Concurrent req
 identical parameters are merged into one pipeline call by `batching.DynamicBatcher`.
 
 Errors are JSON `{"error": ..., "type": ...}`: 400 for malformed JSON, wrong shapes, unknown or
-bad parameters, 413 for bodies past --max-body-bytes, 503 while loading; a 500 names an id
-that is in the server log and never carries a traceback. SIGTERM stops accepting connections,
-answers every request already received, and exits 0.
+bad parameters (named, checked by type and range by the task's own table) and too many
+answers, 408 for headers or bodies too slow, 413 past a size limit (body, inputs, tokens,
+context characters; each names its flag), 503 while loading, past --max-connections, or when
+the drain timeout cuts a request; a 500 names an id that is in the server log and never
+carries a traceback. A client that hangs up is counted apart (never a 5xx) and its queued work
+is dropped. SIGTERM stops accepting connections, answers every request already received, and
+exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
 
-Files: settings.py (ServeOptions), protocol.py (requests in, JSON out, client errors),
-batching.py (the dynamic batcher), metrics.py (Prometheus text), app.py (the Starlette app),
-process.py (socket + uvicorn + signals), commands.py (the click command).
+Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, JSON out,
+client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
+app.py (the Starlette app), connections.py (header deadline and connection cap on uvicorn's
+h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
+click command).
 """
 from .app import create_app
 from .process import bind, run_server
 from .protocol import ClientError, allowed_parameters, parse_request
-from .settings import ServeOptions
+from .settings import Limits, ServeOptions, Timeouts
 
-__all__ = ["ClientError", "ServeOptions", "allowed_parameters", "bind", "create_app",
-           "parse_request", "run_server"]
+__all__ = ["ClientError", "Limits", "ServeOptions", "Timeouts", "allowed_parameters", "bind",
+           "create_app", "parse_request", "run_server"]

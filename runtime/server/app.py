@@ -3,6 +3,12 @@
 The model loads in the background once the app starts, so /health can answer 503 while it
 happens (readiness probes); requests then go through the protocol (protocol.py) into the
 dynamic batcher (batching.py), which calls the pipeline.
+
+A /predict request is read under a deadline (--body-timeout-s: 408), judged whole before it is
+queued (protocol.Prepared: 400/413 naming the parameter or the limit), and while it waits for
+the model its connection is watched: a client that goes away is counted apart (not a 5xx) and
+its queued work is dropped. On SIGTERM (process.py calls `begin_drain`) the server answers
+what it has; what is still unanswered --drain-timeout-s later gets 503 and the exit status 1.
 """
 from __future__ import annotations
 
@@ -19,11 +25,23 @@ from typing import Any
 from ..errors import ArtifactError, BertOnnxError
 from .batching import DynamicBatcher
 from .metrics import Metrics
-from .protocol import (ClientError, PipelineRunner, allowed_parameters, error_body, jsonable,
-                       parse_request)
+from .protocol import (ClientError, PipelineRunner, Prepared, allowed_parameters, error_body,
+                       jsonable, parse_request)
 from .settings import ServeOptions
 
+# A request with more characters than this is priced (tokenized) in a thread, not on the
+# event loop: ~0.2 ms of tokenizing stays inline, where a thread hop would cost as much.
+_INLINE_CHARS = 2_000
+
 log = logging.getLogger("bertonnx.serve")
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer: nothing is owed, nothing is sent."""
+
+    def __init__(self, stage: str):
+        super().__init__(stage)
+        self.stage = stage
 
 
 @dataclass
@@ -34,7 +52,12 @@ class _State:
     pipeline: Any = None
     allowed: frozenset[str] | None = None
     batcher: DynamicBatcher | None = None
-    arriving: int = 0                        # /predict requests being read or parsed
+    # /predict requests not yet queued -> when their last bytes arrived (the batcher's hint)
+    reading: dict[int, float] = field(default_factory=dict)
+    scopes: set = field(default_factory=set)  # each /predict's asyncio.Timeout: a drain cuts them
+    draining: bool = False                    # SIGTERM came: answer what is here, then stop
+    cutting: bool = False                     # the drain timeout passed: the rest get 503
+    cut: int = 0                              # requests the drain timeout answered 503
     load_error: str | None = None
     loading: asyncio.Task | None = None
     on_fatal: Any = None                     # called if loading fails (the CLI stops the server)
@@ -42,6 +65,27 @@ class _State:
     @property
     def ready(self) -> bool:
         return self.batcher is not None
+
+    def arriving(self) -> int:
+        """Requests being received that showed progress within max_wait: the batch may wait
+        for those. A stalled upload stops counting max_wait after its last bytes, so it never
+        holds a batch back (it is cut at --body-timeout-s)."""
+        horizon = time.monotonic() - self.options.batch.max_wait_ms / 1000
+        return sum(1 for t in self.reading.values() if t >= horizon)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: from now on the drain clock runs (call on the event loop)."""
+        if not self.draining:
+            self.draining = True
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.options.timeouts.drain_s, self.cut_all)
+
+    def cut_all(self) -> None:
+        """The drain timeout: every /predict still in progress ends now with 503."""
+        self.cutting = True
+        now = asyncio.get_running_loop().time()
+        for scope in list(self.scopes):
+            scope.reschedule(now)
 
 
 def _json_error(message: str, kind: str, status: int, headers: dict | None = None):
@@ -88,8 +132,7 @@ class _Handlers:
         state.pipeline = pipe
         state.allowed = allowed_parameters(pipe)
         batcher = DynamicBatcher(PipelineRunner(pipe), self.options.batch,
-                                 on_batch=state.metrics.batch_done,
-                                 arriving=lambda: state.arriving)
+                                 on_batch=state.metrics.batch_done, arriving=state.arriving)
         batcher.start()
         state.batcher = batcher
         log.info("model ready: %s (%s)", state.model_dir, pipe.task)
@@ -107,8 +150,13 @@ class _Handlers:
 
     # -- /predict -------------------------------------------------------------------------
 
-    async def read_body(self, request) -> bytes:
-        limit = self.options.max_body_bytes
+    async def read_body(self, request, key: int) -> bytes:
+        """The body, within --max-body-bytes (413) and --body-timeout-s (408, connection
+        closed); ClientGone if the client hangs up meanwhile."""
+        from starlette.requests import ClientDisconnect
+
+        limits, reading = self.options.limits, self.state.reading
+        limit = limits.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None:
             try:
@@ -117,27 +165,66 @@ class _Handlers:
                 raise ClientError(400, "Content-Length is not a number") from None
             if declared > limit:
                 raise ClientError(413, f"body of {declared} bytes is over the limit of {limit} "
-                                       "bytes; split the inputs over several requests",
-                                  "PayloadTooLarge")
+                                       "bytes (--max-body-bytes); split the inputs over "
+                                       "several requests", "PayloadTooLarge")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ClientError(413, f"body is over the limit of {limit} bytes; split the "
-                                       "inputs over several requests", "PayloadTooLarge")
-            chunks.append(chunk)
+        seconds = self.options.timeouts.body_s
+        try:
+            async with asyncio.timeout(seconds):
+                async for chunk in request.stream():
+                    reading[key] = time.monotonic()
+                    size += len(chunk)
+                    if size > limit:
+                        raise ClientError(413, f"body is over the limit of {limit} bytes "
+                                               "(--max-body-bytes); split the inputs over "
+                                               "several requests", "PayloadTooLarge")
+                    chunks.append(chunk)
+        except TimeoutError:
+            self.state.metrics.timed_out("body")
+            raise ClientError(408, f"the body did not arrive within {seconds:g} s "
+                                   "(--body-timeout-s)", "Timeout",
+                              {"connection": "close"}) from None
+        except ClientDisconnect:
+            raise ClientGone("body") from None
         return b"".join(chunks)
 
     async def answer(self, request):
-        """The pipeline's result for one request; raises ClientError / BertOnnxError."""
-        state = self.state
-        state.arriving += 1
+        """The pipeline's result for one request; raises ClientError / BertOnnxError /
+        ClientGone."""
+        state, options = self.state, self.options
+        pipe = state.pipeline
+        key = id(request)
+        state.reading[key] = time.monotonic()
         try:
-            body = await self.read_body(request)
-            parsed = parse_request(state.pipeline.task, body, state.allowed)
+            body = await self.read_body(request, key)
+            parsed = parse_request(pipe.task, body, state.allowed, options.limits.max_inputs)
+            prepared = Prepared.check(pipe, parsed, options.limits)
+            if len(body) > _INLINE_CHARS:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, prepared.price, pipe, options.limits)
+            else:
+                prepared.price(pipe, options.limits)
         finally:
-            state.arriving -= 1
-        return await state.batcher.submit(parsed, parsed.size, parsed.params)
+            state.reading.pop(key, None)
+        parts = prepared.cut(options.batch.max_batch_size)
+        results = await self.until_answered(request,
+                                            state.batcher.submit_parts(parts, prepared.params))
+        return prepared.answer(pipe, results)
+
+    async def until_answered(self, request, work):
+        """`work`'s result, unless the client hangs up first: then ClientGone, and the work
+        is cancelled (the batcher drops what has not started)."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(_disconnected(request))
+        try:
+            done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            raise ClientGone("waiting")
+        finally:
+            for t in (task, watch):
+                if not t.done():
+                    t.cancel()
 
     async def predict(self, request):
         from starlette.responses import Response
@@ -152,11 +239,30 @@ class _Handlers:
                 return _json_error("the model is still loading; retry shortly"
                                    if state.load_error is None else "the model failed to load",
                                    "NotReady", 503, {"Retry-After": "1"})
+            if state.cutting:
+                status = 503
+                state.cut += 1
+                return _json_error(_SHUTTING_DOWN, "ShuttingDown", 503)
             try:
-                result = await self.answer(request)
+                async with asyncio.timeout(None) as scope:   # the drain's handle on it
+                    state.scopes.add(scope)
+                    try:
+                        result = await self.answer(request)
+                    finally:
+                        state.scopes.discard(scope)
+            except TimeoutError:
+                if not state.cutting:
+                    raise
+                status = 503
+                state.cut += 1
+                return _json_error(_SHUTTING_DOWN, "ShuttingDown", 503)
+            except ClientGone as e:
+                status = None   # no answer was owed: counted apart, never as a 5xx
+                state.metrics.client_gone(e.stage)
+                return Response(status_code=204)   # nobody is there to read it
             except ClientError as e:
                 status = e.status
-                return _json_error(e.message, e.kind, e.status)
+                return _json_error(e.message, e.kind, e.status, e.headers)
             except ArtifactError:
                 raise  # the export broke under us: a server fault, answered 500 below
             except BertOnnxError as e:  # the pipeline judged the input or a parameter
@@ -172,7 +278,8 @@ class _Handlers:
                                "InternalError", 500)
         finally:
             state.metrics.in_flight -= 1
-            state.metrics.request_done(status, time.perf_counter() - t0)
+            if status is not None:
+                state.metrics.request_done(status, time.perf_counter() - t0)
 
     # -- /health, /metrics, errors --------------------------------------------------------
 
@@ -180,6 +287,8 @@ class _Handlers:
         from starlette.responses import JSONResponse
 
         state = self.state
+        if state.draining:
+            return JSONResponse({"status": "draining"}, 503)
         if state.ready:
             return JSONResponse({"status": "ok", "task": state.pipeline.task})
         if state.load_error is not None:
@@ -207,6 +316,17 @@ class _Handlers:
         log.error("internal error %s on %s: %r", incident, request.url.path, exc)
         return JSONResponse({"error": f"internal error {incident}; see the server log",
                              "type": "InternalError"}, 500)
+
+
+_SHUTTING_DOWN = ("the server is shutting down and its drain timeout (--drain-timeout-s) "
+                  "passed before this request was answered; retry on another instance")
+
+
+async def _disconnected(request) -> None:
+    """Returns once the client has closed the connection (the body is read by then, so the
+    only message left to receive is http.disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,

@@ -12,6 +12,17 @@ queue fills so the next batch is as large as the traffic allows. One refinement:
 server says no other request is on its way in (`arriving() == 0`) and none is queued, the
 batch goes at once — a lone client does not pay max_wait_ms on every request.
 
+Fairness: `submit_parts` sends a request's inputs in parts of at most max_batch_size, one at a
+time — its next part joins the BACK of the queue only once the previous one is answered. A
+request therefore waits for at most one part of each request queued ahead of it, however many
+inputs those hold, and a large request holds at most one worker at a time.
+
+A bad input fails alone: `run` raises `PayloadError(position, error)` naming the payload at
+fault, which gets the error while the rest of the group runs again as one call; an InputError
+that names no payload splits the group in halves until it is found (log2 calls, not one per
+request). Jobs whose future was cancelled (the client went away, or a drain cut them) are
+dropped when the batch is collected, and their results discarded if they were already running.
+
 Torch-free and server-agnostic: `run(jobs_inputs, params)` is any callable that maps a list
 of request payloads with one parameter set to a list of results, one per payload.
 """
@@ -24,14 +35,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import BertOnnxError, InputError
+from ..bounds import MAX_BATCH_SIZE
+from ..errors import InputError
 
-# run(payloads, params) -> one result per payload; raises BertOnnxError for bad input.
+# run(payloads, params) -> one result per payload; raises PayloadError (or an InputError)
+# for a bad input.
 RunFn = Callable[[list, dict], list]
 # on_batch(items, requests, seconds): called after every pipeline call, for metrics.
 BatchHook = Callable[[int, int, float], None]
 # arriving(): requests the server has received but not yet submitted (being read or parsed).
 ArrivingHint = Callable[[], int]
+
+
+MAX_WORKERS = 64   # model calls at once; each is a thread with its own onnxruntime run
 
 
 @dataclass(frozen=True)
@@ -41,14 +57,23 @@ class BatchConfig:
     workers: int = 1              # pipeline calls in flight at once (threads)
 
     def __post_init__(self):
-        if self.max_batch_size < 1:
-            raise InputError(f"max batch size must be ≥ 1, got {self.max_batch_size}",
-                             "pass --max-batch-size 1 or more")
+        if not 1 <= self.max_batch_size <= MAX_BATCH_SIZE:
+            raise InputError(f"max batch size must be from 1 to {MAX_BATCH_SIZE}, got "
+                             f"{self.max_batch_size}", "pass e.g. --max-batch-size 32")
         if self.max_wait_ms < 0:
             raise InputError(f"max wait must be ≥ 0 ms, got {self.max_wait_ms}",
                              "pass --max-wait-ms 0 or more")
-        if self.workers < 1:
-            raise InputError(f"workers must be ≥ 1, got {self.workers}", "pass --workers 1 or more")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(f"workers must be from 1 to {MAX_WORKERS}, got {self.workers}",
+                             "pass e.g. --workers 2")
+
+
+class PayloadError(Exception):
+    """Raised by `run`: payload `position` of the call is at fault, with `error`."""
+
+    def __init__(self, position: int, error: BaseException):
+        super().__init__(f"payload {position}: {error}")
+        self.position, self.error = position, error
 
 
 @dataclass
@@ -118,6 +143,11 @@ class DynamicBatcher:
         await self._queue.put(_Job(payload, max(1, size), params, params_key(params), future))
         return await future
 
+    async def submit_parts(self, parts: list[tuple[Any, int]], params: dict) -> list:
+        """Each (payload, size) part's result, the parts queued one after another (the
+        fairness rule in the module docstring). Cancelling the caller drops the rest."""
+        return [await self.submit(payload, size, params) for payload, size in parts]
+
     # -- the loop ----------------------------------------------------------------------------
 
     async def _collect_forever(self) -> None:
@@ -126,6 +156,8 @@ class DynamicBatcher:
             self._carry = None
             if first is _STOP:
                 return
+            if first.future.done():
+                continue   # its client went away while it queued
             # Wait for a free worker before collecting: while all are busy, requests pile up
             # in the queue and the next batch takes them all at once.
             await self._slots.acquire()
@@ -154,6 +186,8 @@ class DynamicBatcher:
                     break
             if job is _STOP:
                 return batch, True
+            if job.future.done():
+                continue
             if size + job.size > self.config.max_batch_size:
                 self._carry = job   # starts the next batch, keeping arrival order
                 break
@@ -172,16 +206,25 @@ class DynamicBatcher:
             self._slots.release()
 
     async def _run_group(self, jobs: list[_Job]) -> None:
+        jobs = [j for j in jobs if not j.future.done()]   # gone while the batch formed
+        if not jobs:
+            return
         loop = asyncio.get_running_loop()
         try:
             results = await loop.run_in_executor(self._pool, self._timed_run, jobs)
-        except BertOnnxError as e:
+        except PayloadError as e:
+            # the culprit fails alone; its batch-mates run again, together
+            _settle(jobs[e.position], exc=e.error)
+            await self._run_group(jobs[:e.position] + jobs[e.position + 1:])
+            return
+        except InputError as e:
             if len(jobs) == 1:
                 _settle(jobs[0], exc=e)
                 return
-            # One bad request must not fail its batch-mates: rerun each alone to find it.
-            for job in jobs:
-                await self._run_group([job])
+            # an input is at fault but not named: halve the group until it is found
+            half = len(jobs) // 2
+            await self._run_group(jobs[:half])
+            await self._run_group(jobs[half:])
             return
         except Exception as e:  # noqa: BLE001 — handed to the request, which answers 500
             for job in jobs:

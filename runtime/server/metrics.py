@@ -1,5 +1,6 @@
 """Prometheus text for GET /metrics: requests by status, latency and batch-size histograms,
-queue depth. Hand-written (a few dozen lines) rather than a client library: the format is
+queue depth, and what clients did to the server: disconnects (not 5xx: no answer was owed),
+timeouts and refused connections. Hand-written (a few dozen lines) rather than a client library: the format is
 stable and the runtime stays at numpy, onnxruntime, tokenizers and click."""
 from __future__ import annotations
 
@@ -49,6 +50,22 @@ class Metrics:
         self.batch_seconds = _Histogram(_LATENCY_BUCKETS)
         self.batch_max = 0
         self.in_flight = 0
+        self.disconnects: dict[str, int] = {}    # stage -> clients gone before their answer
+        self.timeouts: dict[str, int] = {}       # stage -> connections timed out
+        self.refused = 0                          # connections refused past --max-connections
+        self.open_connections = 0                 # kept by the protocol (event-loop thread)
+
+    def client_gone(self, stage: str) -> None:
+        with self._lock:
+            self.disconnects[stage] = self.disconnects.get(stage, 0) + 1
+
+    def timed_out(self, stage: str) -> None:
+        with self._lock:
+            self.timeouts[stage] = self.timeouts.get(stage, 0) + 1
+
+    def connection_refused(self) -> None:
+        with self._lock:
+            self.refused += 1
 
     def request_done(self, status: int, seconds: float) -> None:
         with self._lock:
@@ -82,6 +99,21 @@ class Metrics:
                  [f"{p}_batch_size_max {self.batch_max}"]),
                 ("in_flight_requests", "gauge", "Requests received and not yet answered.",
                  [f"{p}_in_flight_requests {self.in_flight}"]),
+                ("client_disconnects_total", "counter",
+                 "Requests whose client went away before the answer, by stage (reading the "
+                 "body, waiting for the model); their work is dropped.",
+                 [f'{p}_client_disconnects_total{{stage="{k}"}} {n}'
+                  for k, n in sorted(self.disconnects.items())]),
+                ("timeouts_total", "counter",
+                 "Clients too slow: headers past --header-timeout-s (connection closed), "
+                 "bodies past --body-timeout-s (408).",
+                 [f'{p}_timeouts_total{{stage="{k}"}} {n}'
+                  for k, n in sorted(self.timeouts.items())]),
+                ("connections_refused_total", "counter",
+                 "Connections answered 503 at connect, past --max-connections.",
+                 [f"{p}_connections_refused_total {self.refused}"]),
+                ("open_connections", "gauge", "Client connections open now.",
+                 [f"{p}_open_connections {self.open_connections}"]),
                 ("queue_depth", "gauge", "Requests waiting for a batch.",
                  [f"{p}_queue_depth {queued}"]),
                 ("model_ready", "gauge", "1 once the model answers.",

@@ -1,16 +1,47 @@
-"""Running the app: bind the socket first (a taken port is one clear error), then uvicorn until
-SIGTERM/SIGINT, which drains every request already received and exits 0."""
+"""Running the app: bind the socket first (a taken port is one clear error), fit the
+descriptor limit to --max-connections, then uvicorn (with connections.py's protocol) until
+SIGTERM/SIGINT, which drains every request already received and exits 0 — or, when the drain
+outlasts --drain-timeout-s, answers the rest 503 and exits 1."""
 from __future__ import annotations
 
+import asyncio
+import resource
 import signal
 import socket
 from pathlib import Path
 
 from ..defaults import resolve_export
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError, BertOnnxError, InputError
 from ..foreign import read_manifest
 from .app import create_app
 from .settings import ServeOptions
+
+# Descriptors the process needs besides client connections: the listening socket, the model
+# and tokenizer files while loading, onnxruntime's and Python's own, refused connections
+# between accept and close.
+FD_RESERVE = 64
+
+
+class DrainCut(BertOnnxError):
+    """SIGTERM's drain outlasted --drain-timeout-s: requests were answered 503."""
+
+    exit_code = 1
+
+
+def fit_descriptor_limit(max_connections: int) -> int:
+    """Raise the soft RLIMIT_NOFILE to hold max_connections + FD_RESERVE (up to the hard
+    limit); InputError when even the hard limit cannot. Returns the soft limit now."""
+    need = max_connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= need:
+        return soft
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return need
+    raise InputError(f"--max-connections {max_connections} needs {need} file descriptors and "
+                     f"this process may open at most {hard} (ulimit -Hn)",
+                     f"pass --max-connections {max(1, hard - FD_RESERVE)} or less, or raise "
+                     "the limit (ulimit -n)")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -38,14 +69,15 @@ def bind(host: str, port: int) -> socket.socket:
 
 def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                log_level: str = "warning", announce=print) -> int:
-    """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain)."""
+    """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain; DrainCut
+    when the drain timeout cut requests)."""
     import uvicorn
+
+    from .connections import guarded_protocol  # uvicorn's, so imported with it
 
     model_dir = resolve_export(model_dir)  # `default`: the shipped export (runtime/defaults.py)
     manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
-    if options.max_body_bytes < 1:
-        raise InputError(f"max body bytes must be ≥ 1, got {options.max_body_bytes}",
-                         "pass --max-body-bytes 1 or more")
+    fit_descriptor_limit(options.max_connections)
     sock = bind(options.host, options.port)
     failed = []
 
@@ -54,15 +86,21 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         server.should_exit = True
 
     app = create_app(model_dir, options, on_fatal=on_fatal)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=options.graceful_timeout_s,
-                            server_header=False)
-    server = uvicorn.Server(config)
+    state = app.state.bertonnx
+    timeouts = options.timeouts
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="on", server_header=False,
+        http=guarded_protocol(options.max_connections, timeouts.header_s, state.metrics),
+        timeout_keep_alive=timeouts.keep_alive_s,
+        # a backstop only: the app cuts what is left at drain_s and answers it 503; uvicorn
+        # would cancel the rest (answering 500) this much later
+        timeout_graceful_shutdown=int(timeouts.drain_s) + 5)
+    server = _server_class()(config, state)
     host, port = sock.getsockname()[:2]
     announce(f"bertonnx: serving {model_dir} ({manifest.task}) on http://{host}:{port} "
              "— POST /predict, GET /health, GET /metrics")
     # uvicorn drains on SIGTERM, then re-raises the signal so the default action would kill
-    # the process with status 143; by then the drain is done, so ours just lets it return 0.
+    # the process with status 143; by then the drain is done, so ours just lets it return.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         server.run(sockets=[sock])
@@ -70,8 +108,33 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         signal.signal(signal.SIGTERM, previous)
         sock.close()
     if failed:
-        raise ArtifactError(f"the server stopped: {app.state.bertonnx.load_error}",
+        raise ArtifactError(f"the server stopped: {state.load_error}",
                             "check the export folder with `bertonnx parity` or export again")
+    if state.cut:
+        raise DrainCut(f"the drain took longer than --drain-timeout-s {timeouts.drain_s:g}: "
+                       f"{state.cut} request(s) were answered 503",
+                       "raise --drain-timeout-s, or stop sending traffic before SIGTERM")
     return 0
 
 
+def _server_class() -> type:
+    """uvicorn.Server with a hook on the signal (a function: uvicorn is imported late)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling the app when a signal starts the drain."""
+
+        def __init__(self, config, state):
+            super().__init__(config)
+            self.app_state = state
+
+        def handle_exit(self, sig, frame) -> None:
+            super().handle_exit(sig, frame)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            # a signal handler runs between bytecodes: hand the work to the loop
+            loop.call_soon_threadsafe(self.app_state.begin_drain)
+
+    return Server

@@ -1,5 +1,11 @@
 """The request protocol: Hugging Face's inference-API convention in, the pipeline's own
-output JSON out, and the errors a client gets (status, one line, a type)."""
+output JSON out, and the errors a client gets (status, one line, a type).
+
+A request is judged in full before it is queued: its JSON shape (`parse_request`), its inputs
+and parameters by the task's own rules (`Pipeline.read_inputs`, `check_parameters`), and what
+it would cost against the server's limits (`Prepared.of`, by `Pipeline.work`). What reaches
+the batcher is a list of read inputs with checked parameters, cut in parts of at most
+max_batch_size inputs."""
 from __future__ import annotations
 
 import inspect
@@ -10,6 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..contract import pipeline_class
+from ..errors import InputError
+from .batching import PayloadError
+from .settings import Limits, flag
 
 # Parameters a request may not set: the server decides batching, the inputs live in "inputs".
 _RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_size",
@@ -20,11 +29,13 @@ _RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_s
 
 
 class ClientError(Exception):
-    """A request the server refuses: HTTP status and one line for the client."""
+    """A request the server refuses: HTTP status and one line for the client (`headers`: any
+    the answer must carry, e.g. connection: close after a body that timed out)."""
 
-    def __init__(self, status: int, message: str, kind: str = "InputError"):
+    def __init__(self, status: int, message: str, kind: str = "InputError",
+                 headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.headers = status, message, kind, headers
 
 
 def error_body(message: str, kind: str) -> bytes:
@@ -55,7 +66,8 @@ class Parsed:
         return 1 if self.single else len(self.inputs)
 
 
-def parse_request(task: str, body: bytes, allowed: frozenset[str] | None) -> Parsed:
+def parse_request(task: str, body: bytes, allowed: frozenset[str] | None,
+                  max_inputs: int | None = None) -> Parsed:
     """Validate a /predict body; ClientError(400) names what is wrong and how to fix it."""
     try:
         data = json.loads(body)
@@ -81,6 +93,8 @@ def parse_request(task: str, body: bytes, allowed: frozenset[str] | None) -> Par
     if isinstance(inputs, list):
         if not inputs:
             raise ClientError(400, '"inputs" is an empty list; ' + _shape_hint(task))
+        if max_inputs is not None and len(inputs) > max_inputs:
+            raise _over("max_inputs", f"{len(inputs)} inputs", max_inputs)
         bad = [i for i, x in enumerate(inputs) if not rules.is_json_input(x, in_list=True)]
         if bad:
             raise ClientError(400, f'"inputs" item {bad[0]} has the wrong shape for {task}; '
@@ -89,6 +103,56 @@ def parse_request(task: str, body: bytes, allowed: frozenset[str] | None) -> Par
     if not rules.is_json_input(inputs):
         raise ClientError(400, f'"inputs" has the wrong shape for {task}; ' + _shape_hint(task))
     return Parsed(inputs, True, params)
+
+
+def _over(limit: str, what: str, value: int, status: int = 413) -> ClientError:
+    """The refusal for a request past one of the Limits: names the limit and its flag."""
+    return ClientError(status, f"{what} is over the limit of {value} per request ({flag(limit)} "
+                               f"{value}); split the request, or raise {flag(limit)}",
+                       "LimitExceeded" if status == 413 else "InputError")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request read and checked, ready to queue: its inputs by the task's rules (`read`)
+    and its parameters; `cut` gives the parts the batcher runs one after another."""
+
+    read: Any            # pipelines.inputs.Inputs
+    params: dict
+
+    @classmethod
+    def check(cls, pipe, parsed: Parsed, limits: Limits) -> "Prepared":
+        """Read, validate and price `parsed` (cheap, no tokenizing: call on the event loop);
+        `price` then tokenizes. ClientError / InputError name what is wrong."""
+        read = pipe.read_inputs(parsed.inputs)
+        if len(read) > limits.max_inputs:
+            raise _over("max_inputs", f"{len(read)} inputs", limits.max_inputs)
+        pipe.check_parameters(**parsed.params)
+        chars = pipe.windowed_chars(read)
+        if chars > limits.max_context_chars:
+            raise _over("max_context_chars", f"{chars} characters of context",
+                        limits.max_context_chars)
+        return cls(read, parsed.params)
+
+    def price(self, pipe, limits: Limits) -> None:
+        """What the call would cost (Pipeline.work tokenizes; the inputs' own errors come out
+        here, before the request is queued) against the token and answer limits."""
+        work = pipe.work(self.read, **self.params)
+        if work.tokens > limits.max_tokens:
+            raise _over("max_tokens", f"{work.tokens} tokens", limits.max_tokens)
+        if work.answers > limits.max_answers:
+            raise _over("max_answers", f"{work.answers} answers (top_k × masks or questions)",
+                        limits.max_answers, status=400)
+
+    def cut(self, size: int) -> list:
+        """The inputs in parts of at most `size` records (the batcher's fairness unit)."""
+        records = self.read.records
+        return [(type(self.read)(records[i:i + size], single=False), len(records[i:i + size]))
+                for i in range(0, len(records), size)]
+
+    def answer(self, pipe, results: list):
+        """The request's answer from its parts' results, shaped by the task's rule."""
+        return pipe.unwrap([r for part in results for r in part], self.read, **self.params)
 
 
 def allowed_parameters(pipeline) -> frozenset[str] | None:
@@ -112,34 +176,35 @@ def allowed_parameters(pipeline) -> frozenset[str] | None:
 
 
 class PipelineRunner:
-    """Runs a group of requests (same parameters) as ONE pipeline call and splits the answer.
+    """Runs a group of parts (same parameters) as ONE pipeline call and splits the answer.
 
-    Each request's answer must equal `pipeline(request.inputs, **params)`: each request is
-    read by the pipeline's own rules (`read_inputs`), the reads go in as one list, the
-    results are cut back per request and shaped by the pipeline's `unwrap` (transformers'
-    quirks included). A group of one request is passed through untouched.
+    Each part is read inputs (`Prepared.cut`); they go in as one list and the call's results
+    are cut back per part, one result per input, for `Prepared.answer` to shape. An InputError
+    that names its input (`index`) becomes a PayloadError naming the part that sent it, so the
+    batcher fails that part alone.
     """
 
     def __init__(self, pipeline):
         self.pipeline = pipeline
         self.task = pipeline.task
 
-    def __call__(self, requests: list[Parsed], params: dict) -> list:
-        pipe = self.pipeline
-        if len(requests) == 1:
-            return [pipe(requests[0].inputs, **params)]
+    def __call__(self, parts: list, params: dict) -> list:
         # imported with the model, not the server package (pipelines bring onnxruntime)
         from ..pipelines.inputs import Inputs
 
-        # an InputError here fails the group; the batcher then runs each request alone
-        reads = [pipe.read_inputs(r.inputs) for r in requests]
-        out = pipe(Inputs.concat(reads), **params)
-        if not isinstance(out, list) or len(out) != sum(map(len, reads)):
+        merged = parts[0] if len(parts) == 1 else Inputs.concat(parts)
+        try:
+            out = self.pipeline(merged, **params)
+        except InputError as e:
+            if e.index is None or len(parts) == 1:
+                raise
+            ends = np.cumsum([len(p) for p in parts])
+            raise PayloadError(int(np.searchsorted(ends, e.index, side="right")), e) from e
+        if not isinstance(out, list) or len(out) != len(merged):
             raise RuntimeError(f"pipeline returned {type(out).__name__} of "
                                f"{len(out) if isinstance(out, list) else '?'} for "
-                               f"{sum(map(len, reads))} inputs")
-        return [pipe.unwrap(part, read, **params)
-                for part, read in zip(Inputs.split(out, reads), reads)]
+                               f"{len(merged)} inputs")
+        return Inputs.split(out, parts)
 
 
 def jsonable(o):

@@ -202,7 +202,7 @@ CASES = [
          lambda d, f: load(d)("a [MASK]", targets=["cat", "\udfff"]), InputError,
          r"lone surrogate"),
     Case("targets-not-strings", FM, None, lambda d, f: load(d)("a [MASK]", targets=5),
-         InputError, r"targets must be a str or a list of str"),
+         InputError, r"targets must be a string or a list of strings.*got 5"),
     Case("targets-not-in-vocab", FM, ("fill-mask", "{dir}", "--targets", " , ", "a [MASK]"),
          lambda d, f: load(d)("a [MASK]", targets=[" "]), InputError,
          r"none of the targets maps"),
@@ -215,7 +215,7 @@ CASES = [
          lambda d, f: load(d)("hi", top_k=-1), InputError, r"top.k must be a positive integer"),
     Case("classify-function", CLS, None,
          lambda d, f: load(d)("hi", function_to_apply="relu"), InputError,
-         r"unknown function_to_apply 'relu'"),
+         r"function_to_apply must be one of 'default', 'sigmoid', 'softmax', 'none'.*'relu'"),
     Case("qa-question-too-long", QA, ("qa", "{dir}", "-q", LONG_QUESTION, "-c", "the cat sat"),
          lambda d, f: load(d)(question=LONG_QUESTION, context="the cat sat"), InputError,
          r"80 tokens, more than max_question_len=64"),
@@ -228,7 +228,7 @@ CASES = [
          r"context has no text the tokenizer keeps"),
     Case("qa-max-seq-len", QA, ("qa", "{dir}", "-q", "who", "-c", "cat", "--max-seq-len", "999"),
          lambda d, f: load(d)(question="who", context="cat", max_seq_len=999), InputError,
-         r"max_seq_len 999 exceeds the model's 64"),
+         r"max_seq_len must be an integer from 1 to 64 \(the model's limit\).*got 999"),
     Case("qa-doc-stride", QA, ("qa", "{dir}", "-q", "who", "-c", "cat", "--doc-stride", "60"),
          lambda d, f: load(d)(question="who", context="cat", doc_stride=60), InputError,
          r"doc_stride=60 must be smaller"),
@@ -238,7 +238,7 @@ CASES = [
          lambda d, f: load(d)(question=["a", "b"], context=["c"]), InputError,
          r"2 questions but 1 contexts"),
     Case("ner-stride", NER, ("tokens", "{dir}", "--stride", "62", "hi"),
-         lambda d, f: load(d)("hi", stride=62), InputError, r"stride must be an integer in"),
+         lambda d, f: load(d)("hi", stride=62), InputError, r"stride must be an integer from 0 to 61 \(the model's limit\).*got 62"),
     Case("ner-aggregation", NER, ("tokens", "{dir}", "--aggregation", "mean", "hi"),
          lambda d, f: load(d)("hi", aggregation_strategy="mean"), InputError,
          r"'mean'"),
@@ -247,6 +247,50 @@ CASES = [
     Case("embed-normalize-none", EMB, None,
          lambda d, f: load(d)("hi", pooling="none", normalize=True), InputError,
          r"normalize needs a pooled vector"),
+    # absurd knobs: onnxruntime gave a pybind traceback (10^11 threads) or blamed the export
+    # (2^31 - 1 threads: std::bad_alloc); a batch size past any memory
+    Case("threads-absurd", FM, ("fill-mask", "{dir}", "--threads", "100000000000", "a [MASK]"),
+         lambda d, f: load(d, threads=10**11), ConfigError,
+         r"threads.*100000000000.*(0<=x<=1024|0 to 1024)"),
+    Case("threads-int32-max", FM, ("fill-mask", "{dir}", "--threads", "2147483647", "a [MASK]"),
+         lambda d, f: load(d, threads=2**31 - 1), ConfigError,
+         r"threads.*2147483647.*(0<=x<=1024|0 to 1024)"),
+    Case("batch-size-absurd", CLS, ("classify", "{dir}", "--batch-size", "100000000000", "hi"),
+         lambda d, f: load(d)("hi", batch_size=10**11), InputError,
+         r"batch.size.*(100000000000.*1<=x<=4096|1 to 4096.*100000000000)"),
+    Case("batch-size-absurd-at-load", CLS, None, lambda d, f: load(d, batch_size=10**11),
+         InputError, r"batch size 100000000000 is not an integer from 1 to 4096"),
+    # parameters by type and range (they gave 500s from the server, or were misread)
+    Case("qa-max-seq-len-text", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", max_seq_len="x"), InputError,
+         r"max_seq_len must be an integer from 1 to 64 .*got 'x'"),
+    Case("qa-max-answer-len-float", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", max_answer_len=1e30), InputError,
+         r"max_answer_len must be an integer from 1 to 2147483647, got 1e\+30"),
+    Case("qa-max-answer-len-huge", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", max_answer_len=10**30), InputError,
+         r"max_answer_len must be an integer from 1 to 2147483647"),
+    Case("qa-impossible-a-string", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", handle_impossible_answer="false"),
+         InputError, r"handle_impossible_answer must be true or false, got 'false'"),
+    Case("qa-align-a-number", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", align_to_words=0), InputError,
+         r"align_to_words must be true or false, got 0"),
+    Case("qa-top-k-bool", QA, None,
+         lambda d, f: load(d)(question="who", context="cat", top_k=True), InputError,
+         r"top_k must be an integer from 1 .*got True"),
+    Case("ner-ignore-labels-number", NER, None, lambda d, f: load(d)("hi", ignore_labels=-1),
+         InputError, r"ignore_labels must be a list of strings or null, got -1"),
+    Case("ner-ignore-labels-string", NER, None, lambda d, f: load(d)("hi", ignore_labels="PER"),
+         InputError, r"ignore_labels must be a list of strings or null, got 'PER'"),
+    Case("ner-aggregation-number", NER, None,
+         lambda d, f: load(d)("hi", aggregation_strategy=5), InputError,
+         r"aggregation_strategy must be one of .*got 5"),
+    Case("embed-normalize-string", EMB, None, lambda d, f: load(d)("hi", normalize="false"),
+         InputError, r"normalize must be true or false, got 'false'"),
+    Case("embed-return-tensors-number", EMB, None,
+         lambda d, f: load(d)("hi", return_tensors=1), InputError,
+         r"return_tensors must be true or false, got 1"),
     Case("batch-size-zero", CLS, ("classify", "{dir}", "--batch-size", "0", "hi"),
          lambda d, f: load(d)("hi", batch_size=0), InputError, r"batch.size.*(0|≥ 1|x>=1)"),
     # ---- input files ----
@@ -399,3 +443,19 @@ def test_bom_and_crlf_files_read_like_clean_ones(tiny_export, tmp_path, run_cli)
         assert got == clean, name
     # and the library, on the same texts, agrees with the CLI
     assert load(folder)(["the [MASK] sat .", "paris is a [MASK] ."]) == clean
+
+
+def test_closed_stdin_is_one_line(tiny_export):
+    """`--input -` in a process started with file descriptor 0 closed (`cmd 0<&-`): Python
+    then has no sys.stdin at all."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import _cli_env
+
+    proc = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "fill-mask",
+                           str(tiny_export(FM)), "--input", "-"], capture_output=True,
+                          timeout=120, env=_cli_env(), preexec_fn=lambda: os.close(0))
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "standard input is closed" in line, line

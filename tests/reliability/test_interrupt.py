@@ -4,7 +4,9 @@
 as soon as its hidden temporary folder appears, and again once model.onnx is in it; SIGINT
 (Ctrl-C: cleanup runs). Afterwards the target folder either does not exist or holds no
 manifest, `load` refuses it, and the same export run again completes. An interrupted
-`--force` export leaves the previous export intact.
+`--force` export leaves the previous export intact. Scratch (the raw graph, the optimizer's and
+the quantizer's copies) lives inside the hidden folder, never in the temp directory, so the
+re-run removes it too. A second export to the same --out while one runs fails at once.
 """
 from __future__ import annotations
 
@@ -46,25 +48,35 @@ def pause():
     while True:  # until the test's signal arrives
         time.sleep(60)
 
+def after(module, name):  # pause right after module.name returns (its files written)
+    original = getattr(module, name)
+    def then_pause(*a, **k):
+        original(*a, **k)
+        pause()
+    setattr(module, name, then_pause)
+
 if point == "temp":  # the hidden temporary folder exists, empty
     api._build = lambda *a, **k: pause()
-else:  # "model": model.onnx is written into it, the manifest is not
-    save_model = graph.save_model
-    def saved_then_pause(*a, **k):
-        save_model(*a, **k)
-        pause()
-    graph.save_model = saved_then_pause
+elif point == "model":  # model.onnx is written into it, the manifest is not
+    after(graph, "save_model")
+elif point == "fuse":  # onnxruntime's basic optimisations have written their graph
+    import onnxruntime.transformers.optimizer as optimizer
+    after(optimizer, "optimize_by_onnxruntime")
+elif point == "int8":  # the quantizer has written the int8 graph
+    import onnxruntime.quantization as quantization
+    after(quantization, "quantize_dynamic")
 sys.exit(main(sys.argv[3:]))
 """
 
 
-def _export_and_interrupt(ckpt: Path, out: Path, sig: int, point: str, *extra) -> tuple[int, bytes]:
-    """Start `bertonnx export`, send `sig` once it is paused at `point`; (exit status, stderr)."""
+def _start_paused(ckpt: Path, out: Path, point: str, *extra, env=None) -> subprocess.Popen:
+    """`bertonnx export` in a subprocess, returned once it is paused at `point`."""
     flag = out.parent / f"paused-{point}"
     proc = subprocess.Popen([sys.executable, "-c", _PAUSING_EXPORT, str(flag), point, "export",
                              str(ckpt), "--task", "fill-mask", "--out", str(out), "--no-parity",
                              *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_cli_env())
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env or _cli_env())
     deadline = time.monotonic() + 240
     try:
         while not flag.exists():
@@ -72,6 +84,18 @@ def _export_and_interrupt(ckpt: Path, out: Path, sig: int, point: str, *extra) -
                                         f"{proc.stderr.read().decode()[-1000:]}"
             assert time.monotonic() < deadline, "kill point never reached"
             time.sleep(0.02)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
+def _export_and_interrupt(ckpt: Path, out: Path, sig: int, point: str, *extra,
+                          env=None) -> tuple[int, bytes]:
+    """Start `bertonnx export`, send `sig` once it is paused at `point`; (exit status, stderr)."""
+    proc = _start_paused(ckpt, out, point, *extra, env=env)
+    try:
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -79,6 +103,12 @@ def _export_and_interrupt(ckpt: Path, out: Path, sig: int, point: str, *extra) -
             proc.kill()
             proc.wait()
     return proc.returncode, err
+
+
+def _export(ckpt: Path, out: Path, *extra, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "export", str(ckpt),
+                           "--task", "fill-mask", "--out", str(out), "--no-parity", *extra],
+                          capture_output=True, env=env or _cli_env(), timeout=300)
 
 
 def _assert_not_complete(out: Path) -> None:
@@ -127,3 +157,58 @@ def test_sigkill_during_force_keeps_the_previous_export(tiny_checkpoint, tiny_ex
     assert rc == -signal.SIGKILL
     assert Manifest.read(out).files == before          # sha256-verified, unchanged
     assert load(out)("the [MASK] sat .") == answer
+
+
+def _temp_files(temp: Path) -> list[str]:
+    # `.ses`: the session id onnxruntime writes into the temp directory when imported
+    return sorted(p.relative_to(temp).as_posix() for p in temp.rglob("*") if p.name != ".ses")
+
+
+@pytest.mark.parametrize("point, extra, scratch", [
+    ("fuse", (), "basic.onnx"),                  # the optimizer's intermediate graph
+    ("int8", ("--quantize", "int8"), "int8.onnx"),  # the quantizer's output
+])
+def test_sigkill_leaves_no_scratch_in_the_temp_directory(tiny_checkpoint, tmp_path, point, extra,
+                                                        scratch):
+    """The export's scratch (raw.onnx and the tools' copies) is inside its hidden folder, so
+    the temp directory stays empty and the next export removes the lot."""
+    ckpt, out = tiny_checkpoint("fill-mask"), tmp_path / "export"
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    env = {**_cli_env(), "TMPDIR": str(temp)}
+    rc, _ = _export_and_interrupt(ckpt, out, signal.SIGKILL, point, *extra, env=env)
+    assert rc == -signal.SIGKILL
+    left = _temp_files(temp)
+    assert left == [], f"scratch in the temp directory: {left}"
+    inside = {p.name for part in _partials(out) for p in part.rglob("*.onnx")}
+    assert {"raw.onnx", scratch} <= inside, inside
+    rerun = _export(ckpt, out, *extra, env=env)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-1000:]
+    assert not _partials(out) and _temp_files(temp) == []
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".onnx") == [MODEL_NAME]
+
+
+def test_a_second_export_to_the_same_out_fails_at_once(tiny_checkpoint, tmp_path):
+    """Two exports racing to one --out: the second is refused in one line while the first
+    holds the lock; once the first is gone (even by SIGKILL) the lock is free again."""
+    ckpt, out = tiny_checkpoint("fill-mask"), tmp_path / "export"
+    first = _start_paused(ckpt, out, "temp")
+    try:
+        t0 = time.monotonic()
+        second = _export(ckpt, out)
+        took = time.monotonic() - t0
+        err = second.stderr.decode()
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        # one line and nothing else: it failed before its first step ("loading ...")
+        assert second.returncode == 2 and len(lines) == 1, err
+        assert lines[0].startswith(f"bertonnx: error: another export is writing {out} "
+                                   f"(pid {first.pid} holds"), lines[0]
+        print(f"second export refused in {took:.2f} s (process start and imports included)")
+    finally:
+        first.kill()
+        first.wait()
+    third = _export(ckpt, out)
+    assert third.returncode == 0, third.stderr.decode()[-1000:]
+    assert load(out)("the [MASK] sat .")
+    assert not out.with_name(f".{out.name}.lock").exists(), "the lock file was left behind"
+    assert not _partials(out)

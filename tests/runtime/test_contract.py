@@ -171,10 +171,11 @@ def test_merged_calls_unwrap_to_each_call_alone(ours, task):
     assert_same(answers, [pipe(many, **params), pipe(one, **params)])
     assert_same(pipe(reads[1], **params), pipe(one, **params))   # read inputs as inputs
     # the server's runner does exactly this; per_input undoes unwrap (the CLI's tables)
-    from bertonnx.runtime.server.protocol import Parsed, PipelineRunner
+    from bertonnx.runtime.server.protocol import PipelineRunner, Prepared
 
-    requests = [Parsed(x, not isinstance(x, list), params) for x in (many, one)]
-    assert_same(PipelineRunner(pipe)(requests, params), answers)
+    parts = PipelineRunner(pipe)(reads, params)
+    assert_same([Prepared(r, params).answer(pipe, [part]) for r, part in zip(reads, parts)],
+                answers)
     for answer, r, part in zip(answers, reads, Inputs.split(merged, reads)):
         assert_same(pipe.per_input(answer, r, **params), part)
 

@@ -16,23 +16,44 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
-from bertonnx.runtime.errors import ArtifactError, InputError
+from bertonnx.runtime.errors import ArtifactError
 from bertonnx.runtime.server import ClientError, allowed_parameters, create_app, parse_request
 
 
 class EchoPipeline:
-    """A list in gives a list out; `boom` in the input raises a non-library error."""
+    """A list in gives a list out; `boom` in the input raises a non-library error. It has the
+    interface the server uses: the task's input rules, parameter check, work and unwrap."""
 
     task = "fill-mask"
 
     def __call__(self, inputs, top_k: int = 5, targets=None, batch_size=None):
-        texts = [inputs] if isinstance(inputs, str) else inputs
-        if any("boom" in t for t in texts):
+        read = self.read_inputs(inputs)
+        if any("boom" in t for t in read.records):
             raise RuntimeError("secret internal detail /etc/passwd")
-        if any(not t.strip() for t in texts):
-            raise InputError("text is empty", "pass some text")
-        out = [[{"token_str": t.upper(), "score": 0.5, "top_k": top_k}] for t in texts]
-        return out[0] if isinstance(inputs, str) else out
+        out = [[{"token_str": t.upper(), "score": 0.5, "top_k": top_k}] for t in read.records]
+        return self.unwrap(out, read)
+
+    @staticmethod
+    def read_inputs(inputs):
+        from bertonnx.runtime.pipelines.inputs import read_texts
+
+        return read_texts(inputs)   # an empty text is an InputError here
+
+    @staticmethod
+    def unwrap(results, read, **params):
+        return results[0] if read.single else results
+
+    def check_parameters(self, **params):
+        pass
+
+    @staticmethod
+    def windowed_chars(read):
+        return 0
+
+    def work(self, read, **params):
+        from bertonnx.runtime.pipelines.base import Work
+
+        return Work(len(read))
 
 
 def wait_ready(client, timeout=10.0):

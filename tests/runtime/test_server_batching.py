@@ -7,17 +7,18 @@ import time
 
 import pytest
 
-from bertonnx.runtime.server.batching import BatchConfig, DynamicBatcher
+from bertonnx.runtime.server.batching import BatchConfig, DynamicBatcher, PayloadError
 from bertonnx.runtime.errors import InputError
 
 
 class Recorder:
     """A `run` that records every call and answers each payload with (payload, params)."""
 
-    def __init__(self, delay: float = 0.0, bad: object = None):
+    def __init__(self, delay: float = 0.0, bad: object = None, named: bool = True):
         self.calls: list[tuple[list, dict]] = []
         self.delay = delay
         self.bad = bad
+        self.named = named      # say which payload is bad (as the pipeline's runner does)
         self.threads: set[str] = set()
         self.spans: list[tuple[float, float]] = []
 
@@ -29,7 +30,10 @@ class Recorder:
             time.sleep(self.delay)
         self.spans.append((start, time.monotonic()))
         if self.bad is not None and self.bad in payloads:
-            raise InputError(f"bad payload {self.bad!r}")
+            error = InputError(f"bad payload {self.bad!r}")
+            if self.named:
+                raise PayloadError(payloads.index(self.bad), error)
+            raise error
         return [(p, params.get("k")) for p in payloads]
 
 
@@ -138,8 +142,68 @@ def test_one_bad_request_does_not_fail_its_batch_mates():
     x, bad, y = run(main())
     assert x == ("x", None) and y == ("y", None)
     assert isinstance(bad, InputError) and "bad payload" in str(bad)
-    # one merged call failed, then each request alone
-    assert [c[0] for c in rec.calls] == [["x", "bad", "y"], ["x"], ["bad"], ["y"]]
+    # the merged call named its culprit: the others ran again together, not one by one
+    assert [c[0] for c in rec.calls] == [["x", "bad", "y"], ["x", "y"]]
+
+
+def test_an_unnamed_bad_input_is_found_by_halving_the_group():
+    rec = Recorder(bad=5, named=False)
+
+    async def main():
+        b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=200))
+        b.start()
+        out = await _submit_all(b, [(i, 1, {}) for i in range(8)])
+        await b.close()
+        return out
+
+    out = run(main())
+    assert [o for i, o in enumerate(out) if i != 5] == [(i, None) for i in range(8) if i != 5]
+    assert isinstance(out[5], InputError)
+    # 1 + 2·log2(8) calls at most, where running each alone after the failure would be 1 + 8
+    assert [c[0] for c in rec.calls] == [list(range(8)), [0, 1, 2, 3], [4, 5, 6, 7], [4, 5],
+                                         [4], [5], [6, 7]]
+
+
+def test_a_request_whose_client_left_is_dropped_from_the_queue():
+    rec = Recorder(delay=0.2)
+
+    async def main():
+        b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=0))
+        b.start()
+        first = asyncio.ensure_future(b.submit("first", 1, {}))
+        await asyncio.sleep(0.05)           # "first" runs; the next two queue behind it
+        gone = asyncio.ensure_future(b.submit("gone", 1, {}))
+        stays = asyncio.ensure_future(b.submit("stays", 1, {}))
+        await asyncio.sleep(0.01)
+        gone.cancel()                       # what the app does when the client hangs up
+        out = (await first, await stays)
+        await b.close()
+        return out
+
+    assert run(main()) == (("first", None), ("stays", None))
+    assert [c[0] for c in rec.calls] == [["first"], ["stays"]]
+
+
+def test_parts_of_a_large_request_take_turns_with_small_ones():
+    """The fairness rule: a request's parts are queued one after another, each behind what
+    arrived meanwhile, so a small request waits for one part, not for the whole request."""
+    rec = Recorder(delay=0.05)
+
+    async def main():
+        b = DynamicBatcher(rec, BatchConfig(max_batch_size=4, max_wait_ms=0))
+        b.start()
+        big = asyncio.ensure_future(b.submit_parts([(f"big{i}", 4) for i in range(5)], {}))
+        await asyncio.sleep(0.02)           # big0 runs
+        small = await b.submit("small", 1, {})
+        small_done_after = len(rec.calls)
+        out = (await big, small)
+        await b.close()
+        return out, small_done_after
+
+    (big, small), after = run(main())
+    assert big == [(f"big{i}", None) for i in range(5)] and small == ("small", None)
+    # small ran right after the part in progress when it came (big0), with big1 or alone
+    assert after <= 2, rec.calls
 
 
 def test_unexpected_errors_reach_every_request_of_the_call():
