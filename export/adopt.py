@@ -21,7 +21,6 @@ from typing import Callable
 import onnx
 
 from bertonnx.build import load_tokenizer
-from bertonnx.runtime.atomic import replace_folder
 from bertonnx.runtime.contract import MODEL_NAME, TASKS
 from bertonnx.runtime.errors import ArtifactError, InputError
 from bertonnx.runtime.files import read_json_object
@@ -131,8 +130,7 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
         say(row.progress)
         proto, quant = row.convert(proto, ExportOptions(quantize=options.quantize))
 
-    tmp = partial_folder(out)
-    try:
+    with partial_folder(out, say) as tmp:
         graph.save_model(proto, tmp / MODEL_NAME)
         inputs, outputs = _io(proto)
         fused_ops = fusion.fused_counts(proto)
@@ -164,9 +162,4 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
             versions=_versions(), source=str(src),
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.write(tmp)
-        say(f"writing {out}")
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest

@@ -171,14 +171,22 @@ def locked(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def partial_folder(out: Path) -> Path:
-    """A fresh hidden sibling of `out` to build in (renamed to `out` when complete), after
-    deleting those that killed exports left (their pid is in the name)."""
+@contextmanager
+def partial_folder(out: Path, say=lambda msg: None) -> Iterator[Path]:
+    """A fresh hidden sibling of `out` to build in, renamed to `out` when the block completes
+    and deleted when it fails; first deletes those that killed exports left (their pid is in
+    the name)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
-    return tmp
+    try:
+        yield tmp
+        say(f"writing {out}")
+        replace_folder(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: str | Path,
@@ -202,15 +210,9 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
                             "that bertonnx.build.load_checkpoint returns")
     tokenizer = load_tokenizer(tok_dir)
 
-    tmp = partial_folder(out)
-    try:
+    with partial_folder(out, say) as tmp:
         source = (loaded.source_dir or "") if in_memory else model
         manifest = _build(loaded.model, task, tmp, options, tokenizer, say, source=str(source))
-        say(f"writing {out}")
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
 
 
