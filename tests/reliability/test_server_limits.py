@@ -163,6 +163,13 @@ def test_qa_limits_name_the_flag(qa_server, inputs, parameters, status, limit):
     assert status_got == status and flag(limit) in err["error"], err
 
 
+def test_token_classification_text_length_is_capped_before_tokenizing(ner_server):
+    """Token classification windows whole texts, as QA its contexts: the same cap (default)."""
+    chars = Limits().max_context_chars
+    status, err = _error(ner_server.predict(["paris is a city . " * (chars // 36 + 1)] * 2))
+    assert status == 413 and f"{flag('max_context_chars')} {chars}" in err["error"], err
+
+
 # -- every parameter checked by type and range, 400 naming it -------------------------------
 
 BAD_PARAMETERS = [
@@ -216,6 +223,18 @@ def test_memory_stays_bounded_over_parameter_variants(qa_server):
     print(f"\nQA server RSS over {NEW_VARIANTS} parameter variants: {before:.0f} MB -> "
           f"{qa_server.rss_mb():.0f} MB (peak {peak:.0f} MB)")
     assert peak - before <= MEMORY_BUDGET_MB
+
+
+def test_tokenizer_copies_stay_within_the_cache(ours):
+    """The library side of the same bound: token classification's `stride` and QA's
+    settings each need a copy; any sequence of them keeps at most BACKEND_CACHE."""
+    ner, qa = ours(NER), ours(QA)
+    for stride in range(3 * BACKEND_CACHE):
+        ner("paris is a city with a river . " * 8, stride=stride)
+        assert len(ner._backends) <= BACKEND_CACHE
+    for params in _variants(3 * BACKEND_CACHE):
+        qa(question="who sat ?", context="the cat sat on the mat . " * 12, **params)
+        assert len(qa._backends) <= BACKEND_CACHE
 
 
 # -- a bad input fails alone; work for a client that left is dropped -------------------------
@@ -319,6 +338,17 @@ def test_past_max_connections_a_new_one_gets_503_at_connect(limits_server):
                 raw.close()
         server.until(lambda: gauge("bertonnx_open_connections") == 1, "connections linger")
     assert server.predict("the [MASK] .").status_code == 200
+
+
+def test_a_cap_past_the_descriptor_limit_is_one_line(tiny_export, run_cli):
+    """The cap is kept below the file-descriptor limit (raised to fit at start): a cap that
+    cannot fit is refused before the server starts."""
+    from .conftest import one_error_line
+
+    proc = run_cli("serve", tiny_export(FM), "--port", 0, "--max-connections", 2_000_000_000)
+    assert proc.returncode == 2
+    line = one_error_line(proc)
+    assert "--max-connections 2000000000 needs" in line and "ulimit" in line, line
 
 
 def test_stalled_clients_are_timed_out_and_their_connections_closed(timeouts_server):
