@@ -172,3 +172,27 @@ def test_other_tasks_refuse_embeddings(ours):
         status, body = _refused(lambda: c.embeddings.create(input="x", model="sentiment"))
         assert status == 400 and body["code"] == "model_not_supported"
         assert "feature-extraction" in body["message"] and body["param"] == "model"
+
+
+def test_models_wait_for_the_model(ours):
+    """/v1/models answers 503 in OpenAI's shape until the model is loaded."""
+    import threading
+
+    from tests.runtime.test_server_app import TestClient, wait_ready
+
+    from bertonnx.runtime.server import ServeOptions, create_app
+
+    gate = threading.Event()
+    pipe = ours("feature-extraction")
+    app = create_app("unused", ServeOptions(name=NAME), loader=lambda: gate.wait(10) and pipe)
+    with TestClient(app) as web:
+        r = web.get("/v1/models")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+        r = web.post("/v1/embeddings", json={"input": "x", "model": NAME})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
+        gate.set()
+        wait_ready(web)
+        assert web.get("/v1/models").json()["data"][0]["id"] == NAME
+        r = web.post("/v1/embeddings", json={"input": "x", "model": NAME})
+        assert r.status_code == 200 and r.json()["data"][0]["embedding"] == pipe(
+            ["x"], pooling="mean", normalize=True)[0]
