@@ -267,6 +267,8 @@ def _outputs(spec: TaskTensors, requested, binary_default: bool) -> tuple[tuple[
         if name not in spec.output_names:
             raise _bad(f"unknown output {name!r} for {spec.task}; its outputs: "
                        f"{', '.join(spec.output_names)}")
+        if any(name == seen for seen, _ in out):
+            raise _bad(f"output {name!r} is requested twice")
         if params.get("classification"):
             raise _bad("the classification extension is not supported; the text-"
                        "classification task answers label and score tensors")
