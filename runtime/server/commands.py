@@ -62,17 +62,23 @@ _L, _T = Limits(), Timeouts()
 @click.option("--threads", default=None, type=click.IntRange(0, MAX_THREADS),
               help="onnxruntime intra-op threads per call [default: onnxruntime's].")
 @click.option("--providers", default=None, help="onnxruntime providers, e.g. cuda,cpu.")
+@click.option("--name", default=None,
+              help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
+                   "folder name].")
 @click.pass_context
 def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_body_bytes,
           max_inputs, max_tokens, max_context_chars, max_answers, max_connections,
-          header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers):
-    """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics."""
+          header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers,
+          name):
+    """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
+    POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
+    v2 (KServe, Triton: /v2/models/NAME/infer)."""
     debug = bool((ctx.find_root().obj or {}).get("debug"))
     options = ServeOptions(
         host=host, port=port, batch=BatchConfig(max_batch_size, max_wait_ms, workers),
         limits=Limits(max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers),
         timeouts=Timeouts(header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s),
-        max_connections=max_connections, threads=threads, providers=providers)
+        max_connections=max_connections, threads=threads, providers=providers, name=name)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
     return run_server(model_dir, options, log_level="debug" if debug else "warning",
                       announce=lambda line: click.echo(line, err=True))

@@ -5,6 +5,7 @@ Every limit has a default, a flag, and a refusal that names both (413 for reques
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -70,8 +71,18 @@ class ServeOptions:
     max_connections: int = 1_000
     threads: int | None = None               # onnxruntime intra-op threads per call
     providers: str | None = None             # onnxruntime providers, e.g. "cuda,cpu"
+    # the model's name on /v1/models and /v2/models/{name} (None: the export folder's name)
+    name: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise InputError(f"--max-connections must be ≥ 1, got {self.max_connections!r}",
                              "pass e.g. --max-connections 1000")
+        if self.name is not None and not _NAME.fullmatch(self.name):
+            raise InputError(f"--name {self.name!r} is not a model name: it goes into URL paths "
+                             "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
+                             "200), e.g. --name minilm")
+
+
+# A model name: one URL path segment that needs no quoting.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
