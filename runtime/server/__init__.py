@@ -24,12 +24,13 @@ Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, J
 client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
 app.py (the Starlette app), connections.py (header deadline and connection cap on uvicorn's
 h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
-click command).
+click command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the
+`ray` extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
 """
 from .app import create_app
 from .process import bind, run_server
 from .protocol import ClientError, allowed_parameters, parse_request
-from .settings import Limits, ServeOptions, Timeouts
+from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
-__all__ = ["ClientError", "Limits", "ServeOptions", "Timeouts", "allowed_parameters", "bind",
-           "create_app", "parse_request", "run_server"]
+__all__ = ["ClientError", "Limits", "RayOptions", "ServeOptions", "Timeouts",
+           "allowed_parameters", "bind", "create_app", "parse_request", "run_server"]
