@@ -1,9 +1,9 @@
 """`bertonnx serve DIR --ray ADDRESS`: the server app as a Ray Serve application.
 
-    client ──HTTP──> Ray's proxy ──> Ingress (1 replica, 0 CPUs) ──handle──> ModelReplica × N
-                     (--host/--port)  reads each request whole; re-sends   the whole Starlette
-                                      it if its replica dies; JSON 503     app (create_app): every
-                                      past --request-timeout-s             route, its own batcher
+    client ─HTTP─> Ray's proxy ─> Ingress (1 replica, 0 CPUs) ─handle─> ModelReplica × N
+                   (--host/--port)  reads a request whole; re-sends    the whole Starlette app
+                                    it if its replica dies; JSON 503   (create_app): every
+                                    past --request-timeout-s           route, its own batcher
 
 Every route of `create_app` comes along (the request travels as its raw method, path, headers
 and body: relay.py), and each replica runs its own dynamic batcher, limits and /metrics (a

@@ -97,9 +97,11 @@ class RayOptions:
 
     def __post_init__(self):
         if not self.address:
-            raise InputError("--ray needs a cluster address", "pass --ray auto or --ray HOST:PORT")
+            raise InputError("--ray needs a cluster address",
+                             "pass --ray auto or --ray HOST:PORT")
         if not isinstance(self.replicas, int) or self.replicas < 1:
-            raise InputError(f"--replicas must be ≥ 1, got {self.replicas!r}", "pass --replicas 1")
+            raise InputError(f"--replicas must be ≥ 1, got {self.replicas!r}",
+                             "pass --replicas 1")
         if self.autoscaling:
             low, high = self.bounds
             if not 1 <= low <= high:
@@ -110,7 +112,8 @@ class RayOptions:
                              "pass e.g. --replica-cpus 1")
         if self.max_ongoing_requests is not None and self.max_ongoing_requests < 1:
             raise InputError(f"--max-ongoing-requests must be ≥ 1, got "
-                             f"{self.max_ongoing_requests!r}", "pass e.g. --max-ongoing-requests 64")
+                             f"{self.max_ongoing_requests!r}",
+                             "pass e.g. --max-ongoing-requests 64")
         if not 0 < self.request_timeout_s <= 86_400:
             raise InputError(f"--request-timeout-s must be in (0, 86400], got "
                              f"{self.request_timeout_s!r}", "pass e.g. --request-timeout-s 60")
