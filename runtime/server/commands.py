@@ -40,6 +40,10 @@ def _ray_flags(command):
                      show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
                      help="With --ray: a request not answered in time (replicas busy or "
                           "dying) gets 503."),
+        click.option("--deploy-timeout-s", default=RayOptions.deploy_timeout_s,
+                     show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
+                     help="With --ray: the replicas must be up (models loaded) within this, "
+                          "or the command stops saying what the cluster lacks."),
     ]
     for flag in reversed(flags):
         command = flag(command)

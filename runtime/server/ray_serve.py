@@ -26,9 +26,11 @@ import asyncio
 import dataclasses
 import logging
 import math
+import re
 import signal
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -50,6 +52,8 @@ log = logging.getLogger("ray.serve")
 # No access log line per request (it costs more than a tiny model's call), warnings kept.
 _LOGGING = {"enable_access_log": False, "log_level": "WARNING"}
 
+# the last line of a replica's traceback when bertonnx raised: "bertonnx....Error: message"
+_OUR_ERROR = re.compile(r"^bertonnx\.[\w.]+Error: (.+)$", re.MULTILINE)
 # Ray's proxy gives up this long after the ingress would have answered 503 itself.
 _BACKSTOP_S = 10.0
 
@@ -233,14 +237,15 @@ def _serve(model_dir, task, port, options, ray_options, announce) -> int:
         "request_timeout_s": ray_options.request_timeout_s + _BACKSTOP_S,
         "keep_alive_timeout_s": max(1, round(options.timeouts.keep_alive_s))})
     host, port = _proxy_address(options.host, port)
+    serve.run_many([serve.RunTarget(application(model_dir, options, ray_options),
+                                    name=ray_options.name, route_prefix="/")],
+                   wait_for_ingress_deployment_creation=False,
+                   wait_for_applications_running=False)
     try:
-        serve.run(application(model_dir, options, ray_options), name=ray_options.name,
-                  route_prefix="/", blocking=False)
-    except RuntimeError as e:
+        _wait_running(ray_options)
+    except BaseException:
         _stop(ray_options.name, started)
-        raise ArtifactError(f"the Ray Serve deployment failed: {_first_line(e)}",
-                            "check the export folder with `bertonnx parity`, and that it is "
-                            "readable at the same path on the cluster's nodes") from None
+        raise
     scale = (f"{ray_options.bounds[0]}-{ray_options.bounds[1]} replicas (autoscaling)"
              if ray_options.autoscaling else f"{ray_options.replicas} replica(s)")
     announce(f"bertonnx: serving {model_dir} ({task}) on http://{host}:{port} with Ray Serve, "
@@ -258,8 +263,43 @@ def _serve(model_dir, task, port, options, ray_options, announce) -> int:
     return 0
 
 
+def _wait_running(ray_options: RayOptions) -> None:
+    """Until Serve runs the application (every replica's model loaded); a failed deployment,
+    or one not running within --deploy-timeout-s (replicas that fit on no node), is one line
+    instead of a wait for ever."""
+    deadline = time.monotonic() + ray_options.deploy_timeout_s
+    while True:
+        app = serve.status().applications.get(ray_options.name)
+        status = app.status if app is not None else "NOT_STARTED"
+        if status == "RUNNING":
+            return
+        if status == "DEPLOY_FAILED":
+            model = app.deployments.get("model")
+            ours = _OUR_ERROR.findall(model.message if model else "")
+            if ours:   # the replica's own one line (problem and fix), from its traceback
+                raise ArtifactError(f"the model replicas could not start: {ours[-1]}")
+            raise ArtifactError(f"the Ray Serve deployment failed: {_first_line(app.message)}",
+                                "check the export folder with `bertonnx parity`, and that it "
+                                "is readable at the same path on the cluster's nodes")
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    total = ray.cluster_resources().get("CPU", 0)
+    free = ray.available_resources().get("CPU", 0)
+    model = app.deployments.get("model") if app is not None else None
+    said = f"; Serve says: {_first_line(model.message)}" if model and model.message else ""
+    replicas = ray_options.bounds[0] if ray_options.autoscaling else ray_options.replicas
+    raise InputError(f"the model replicas did not start within {ray_options.deploy_timeout_s:g} "
+                     f"s (--deploy-timeout-s): {replicas} × {ray_options.replica_cpus:g} CPUs "
+                     f"asked (--replica-cpus), the cluster has {total:g} ({free:g} free){said}",
+                     "lower --replicas or --replica-cpus, add nodes, or raise "
+                     "--deploy-timeout-s")
+
+
 def _stop(name: str, started: bool) -> None:
-    """Delete our application; shut Serve down too if we started it and nothing else runs."""
+    """Delete our application (its replicas answer what they hold, for at most
+    --drain-timeout-s: Serve gives even a replica that was never placed that long), then shut
+    Serve down if we started it and nothing else runs on it."""
     serve.delete(name)
     if started and not serve.status().applications:
         serve.shutdown()

@@ -103,9 +103,8 @@ class Lifespan:
         if state.loading is not None:
             await state.loading          # the model loads in the background: wait for it
         if not state.ready:
-            raise ArtifactError(f"cannot load {state.model_dir}: {state.load_error}",
-                                "check the export folder with `bertonnx parity` or export "
-                                "again")
+            # load_error is the loader's own line, its fix included
+            raise ArtifactError(f"cannot load {state.model_dir}: {state.load_error}")
 
     async def shutdown(self) -> None:
         if self._task is not None and not self._task.done():

@@ -92,6 +92,9 @@ class RayOptions:
     max_ongoing_requests: int | None = None
     # a request not answered within this (replicas dead or all busy) gets 503
     request_timeout_s: float = 60.0
+    # the application must run (every replica's model loaded) within this, or the command
+    # stops with what the cluster lacks (replicas that fit on no node would wait for ever)
+    deploy_timeout_s: float = 300.0
     attempts: int = 3                   # tries of a request whose replica died under it
     name: str = "bertonnx"              # the Serve application's name
 
@@ -117,6 +120,9 @@ class RayOptions:
         if not 0 < self.request_timeout_s <= 86_400:
             raise InputError(f"--request-timeout-s must be in (0, 86400], got "
                              f"{self.request_timeout_s!r}", "pass e.g. --request-timeout-s 60")
+        if not 0 < self.deploy_timeout_s <= 86_400:
+            raise InputError(f"--deploy-timeout-s must be in (0, 86400], got "
+                             f"{self.deploy_timeout_s!r}", "pass e.g. --deploy-timeout-s 300")
         if self.attempts < 1:
             raise InputError(f"attempts must be ≥ 1, got {self.attempts!r}")
 

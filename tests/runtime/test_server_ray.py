@@ -114,7 +114,7 @@ class RayCluster:
                 "while True:\n"
                 "    app = serve.status().applications.get('bertonnx')\n"
                 "    states = dict(app.deployments['model'].replica_states) if app else {}\n"
-                f"    if states.get('RUNNING') == {until_running} and len(states) == 1 \\\n"
+                f"    if states.get('RUNNING', 0) == {until_running} and len(states) <= 1 \\\n"
                 "            or time.monotonic() > deadline:\n"
                 "        break\n"
                 "    time.sleep(0.5)\n"
@@ -253,6 +253,25 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
             r = httpx.post(server.url + "/predict", json={"inputs": inputs}, timeout=30)
             assert r.status_code == 200 and r.json() == jsonable(pipe(inputs))
         assert server.terminate() == 0, server.log
+
+
+@needs_ray
+def test_replicas_that_fit_nowhere_are_one_line_not_a_wait(cluster, tiny_export):
+    """More CPUs per replica than the cluster has: the command stops within
+    --deploy-timeout-s with one line naming what it asked and what the cluster has, and
+    takes its application (and the Serve it started) away."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bertonnx.runtime.cli", "serve",
+         str(tiny_export("text-classification")), "--ray", cluster.address, "--port", "0",
+         # the drain bounds the clean-up: Serve waits that long for a replica never placed
+         "--replica-cpus", "64", "--deploy-timeout-s", "3", "--drain-timeout-s", "1"],
+        capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("bertonnx: error: the model replicas did not start within 3 s "
+                           "(--deploy-timeout-s): 1 × 64 CPUs asked (--replica-cpus), the "
+                           "cluster has 4"), out.stderr[-3000:]
+    assert cluster.serve_status(until_running=0, timeout=1) == {}
 
 
 class _Handle:
