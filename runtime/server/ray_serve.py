@@ -288,7 +288,8 @@ def _wait_running(ray_options: RayOptions) -> None:
     free = ray.available_resources().get("CPU", 0)
     model = app.deployments.get("model") if app is not None else None
     said = f"; Serve says: {_first_line(model.message)}" if model and model.message else ""
-    replicas = ray_options.bounds[0] if ray_options.autoscaling else ray_options.replicas
+    replicas = replica_config(ServeOptions(), ray_options).get("autoscaling_config", {}).get(
+        "initial_replicas", ray_options.replicas)
     raise InputError(f"the model replicas did not start within {ray_options.deploy_timeout_s:g} "
                      f"s (--deploy-timeout-s): {replicas} × {ray_options.replica_cpus:g} CPUs "
                      f"asked (--replica-cpus), the cluster has {total:g} ({free:g} free){said}",
