@@ -28,12 +28,13 @@ app.py (the Starlette app), wire.py (how an inference route reads requests and w
 answers; /predict's, openai.py's, v2.py's), tensors.py (each task's v2 tensors),
 connections.py (header deadline and connection cap on uvicorn's
 h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
-click command).
+click command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the
+`ray` extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
 """
 from .app import create_app
 from .process import bind, run_server
 from .protocol import ClientError, allowed_parameters, parse_request
-from .settings import Limits, ServeOptions, Timeouts
+from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
-__all__ = ["ClientError", "Limits", "ServeOptions", "Timeouts", "allowed_parameters", "bind",
-           "create_app", "parse_request", "run_server"]
+__all__ = ["ClientError", "Limits", "RayOptions", "ServeOptions", "Timeouts",
+           "allowed_parameters", "bind", "create_app", "parse_request", "run_server"]
