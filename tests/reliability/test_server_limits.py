@@ -573,8 +573,13 @@ def test_the_readme_lists_every_limit_with_its_default():
     from bertonnx.runtime.server.batching import BatchConfig
     from bertonnx.runtime.server.commands import serve
 
+    from bertonnx.runtime.server.settings import RayOptions
+
+    # --ray's replica bounds are Ray Serve's settings, not limits of this server
+    ray_only = set(RayOptions.__dataclass_fields__)
     defaults = {f"--{o.name.replace('_', '-')}": o.default for o in serve.params
-                if o.name.startswith(("max_", "header", "body", "keep", "drain"))}
+                if o.name.startswith(("max_", "header", "body", "keep", "drain"))
+                and o.name not in ray_only}
     # the click defaults are the settings' (one source of truth for both)
     settings = {**{flag(k): v for k, v in vars(Limits()).items()},
                 **{flag(k): v for k, v in vars(Timeouts()).items()},
