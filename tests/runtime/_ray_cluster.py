@@ -10,6 +10,7 @@ it kills every Ray process on the machine, other users' clusters included.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RAY = Path(sys.executable).with_name("ray")
+RAY = Path(sys.executable).with_name("ray")  # the ray beside this Python, else on PATH
+if not RAY.exists():
+    RAY = Path(shutil.which("ray") or RAY)
 STORE = 80 << 20  # object store per node (Ray's minimum is 75 MiB): the tests move kilobytes
 # for every process of the cluster and its drivers: with RAY_AUTH_MODE unset, Ray turns token
 # auth on whenever ~/.ray/auth_token exists (another cluster's), for some processes and not
