@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import pickle
+import socket
 import sys
 import time
 import warnings
@@ -54,6 +55,12 @@ log = logging.getLogger("bertonnx")
 # node at a known point of the job, after it did part of the work (_Pause)
 PAUSE_ENV = "BERTONNX_RAY_PAUSE_AFTER"
 PAUSE_LIMIT = 300.0  # seconds the hook waits for DIR/go
+
+
+class ClusterLost(BertOnnxError):
+    """Work lost with nodes `attempts` times over: the job stops, its commits kept (exit 1)."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,19 @@ def _chain(e: BaseException):
     return seen
 
 
+def _check_reachable(address: str) -> None:
+    """A host:port with nothing listening is one line at once (ray.init would retry for
+    minutes); "auto" and other forms are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise ConfigError(f"cannot reach a Ray cluster at {address} ({e.strerror or e})",
+                          "start one with `ray start --head`, or pass its address") from e
+
+
 def _lost(e: BaseException) -> bool:
     """Work lost with a node or a process (worth a new attempt), not a failure of the job's."""
     x = ray.exceptions
@@ -170,6 +190,7 @@ class RayStream:
     def _join(self) -> None:
         cluster, pipe = self.cluster, self.pipe
         if self.owned:
+            _check_reachable(cluster.address)
             try:
                 self.ray.init(address=cluster.address, logging_level=logging.WARNING,
                               log_to_driver=False)
@@ -236,8 +257,13 @@ class RayStream:
                     raise ConfigError(f"the Ray cluster did not start {self.actors} actors of "
                                       f"{self.cpus} CPUs each in {self.cluster.wait_s:.0f} s",
                                       "pass fewer --actors (or --threads), or add nodes") from e
-                if not any(_lost(x) for x in chain) or attempt + 1 == self.cluster.attempts:
+                if not any(_lost(x) for x in chain):
                     raise
+                if attempt + 1 == self.cluster.attempts:
+                    raise ClusterLost(f"the Ray cluster lost work {self.cluster.attempts} times "
+                                      f"({type(e).__name__}); rows 0-{sink.commit.rows - 1} "
+                                      "are committed", "rerun with --resume when the cluster "
+                                      "is sound") from e
                 log.warning("Ray lost work (%s); going on from row %d", type(e).__name__,
                             sink.commit.rows)
 

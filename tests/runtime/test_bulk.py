@@ -306,6 +306,7 @@ def test_refusals_are_one_line(capsys, tiny_export, tmp_path):
         ([], "exists — pass --force"),
         (["--targets", "cat"], "--targets is not an option of classify"),
         (["--top-k", "0"], "--top-k must be a positive integer"),
+        (["--actors", "2"], "--actors is an option of --ray"),
         (["--field", "txt=a"], "names no field of text-classification"),
         (["--resume", "--force"], "contradict"),
     ]:

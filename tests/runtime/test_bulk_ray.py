@@ -146,6 +146,21 @@ def test_missing_ray_is_one_line(tiny_export, tmp_path):
     assert not (tmp_path / "o.jsonl.partial").exists()
 
 
+def test_an_unreachable_cluster_is_one_line(capsys, tiny_export, tmp_path):
+    pytest.importorskip("ray.data")
+    import socket
+
+    with socket.socket() as s:  # a port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    src = write_input(tmp_path / "in.jsonl", "jsonl", [{"text": "the cat"}])
+    rc, _, err = bulk(capsys, tiny_export(CLS), "--input", src, "--output", tmp_path / "o.jsonl",
+                      "--ray", f"127.0.0.1:{port}")
+    assert rc == 2 and err.count("\n") == 1
+    assert f"cannot reach a Ray cluster at 127.0.0.1:{port}" in err
+    assert not (tmp_path / "o.jsonl.partial").exists()  # nothing started
+
+
 # --- on a two-node cluster ---------------------------------------------------------------
 
 
