@@ -7,7 +7,8 @@
 onnxruntime and the tokenizers library release the GIL, so parsing and writing overlap the
 model; the queues are bounded, so memory holds a few chunks whatever the file's size. Chunks
 are fixed runs of `chunk_size` input rows: a resumed job runs exactly the chunks a clean one
-would, and its output is byte for byte the same (runtime/bulk/sinks.py).
+would, and its output is byte for byte the same (runtime/bulk/sinks.py). With a `RayOptions`
+the chunks run on a Ray cluster instead (runtime/bulk/ray_job.py), into the same sink.
 """
 from __future__ import annotations
 
