@@ -1,26 +1,28 @@
 """`bertonnx run --ray ADDRESS`: the bulk job on a Ray cluster, with Ray Data.
 
-    driver's node   read task: the job's own readers on the driver's file -> blocks {row, raw}
+    driver's node   read tasks, one per chunk: the job's own readers on the driver's file,
+                    from the chunk's byte offset (`chunk_starts`) -> a block {row, raw}
     any node        actors, one pipeline each (ChunkRunner): rows read by the task's rules,
-                    run, one output row per input row -> blocks {row, out, node}
+                    run, one output row per input row -> a block {row, out, node}
     driver          the mapped dataset consumed in input order (preserve_order); row numbers
                     checked (none missing, none twice); chunks of --chunk-size rows into the
                     same committing sink as a local job (runtime/bulk/sinks.py)
 
-So the output is the local job's, byte for byte, and `--resume` works the same. The input file
-need only exist on the driver's node (the datasource reads only there: the driver may be the
-only machine that has it); the export folder is shipped through the object store and used in
+So the output is the local job's, byte for byte — every batch an actor runs is one of the
+job's chunks, as in a local run — and `--resume` works the same. The input file need only
+exist on the driver's node; the export folder is shipped through the object store and used in
 place by a node that has the same files at the same path (runtime/bulk/ray.py).
 
 A worker node lost mid-job: Ray restarts its actors elsewhere (max_restarts) and retries their
-tasks (max_task_retries), rebuilding lost outputs from lineage. Should Ray still give up, the
-driver starts a new dataset from the first row it has not received, up to `attempts` times;
-rows it already holds are kept, so none is lost or doubled either way.
+batches (max_task_retries). Should Ray give up instead (an actor unreachable mid-batch fails the
+dataset), the driver starts a new dataset from its last commit, up to `attempts` times. Only
+the driver writes, in order, after checking the row numbers: no row is lost or doubled.
 """
 from __future__ import annotations
 
-import itertools
 import contextlib
+import functools
+import itertools
 import json
 import logging
 import os
@@ -93,20 +95,19 @@ class FileRows(Datasource):
         return None
 
     def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None):
-        def task(first: int, at):
-            meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None,
-                                 exec_stats=None)
-            return ReadTask(lambda: [_read_chunk(*self.args, first, at, self.size)], meta)
-
-        return [task(first, at) for first, at in self.starts]
+        meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
+        # each task carries its own few arguments, not this object and its list of starts
+        return [ReadTask(functools.partial(_read_chunk, *self.args, first, at, self.size), meta)
+                for first, at in self.starts]
 
 
 def _read_chunk(path: Path, fmt: str, pipeline: type, columns: dict, first: int, at,
-                size: int) -> pa.Table:
+                size: int) -> list[pa.Table]:
     reader = open_reader(path, fmt, pipeline, columns)
     raws = list(itertools.islice(reader.rows(first, at), size))
-    return pa.table({"row": pa.array(range(first, first + len(raws)), pa.int64()),
-                     "raw": pa.array([pickle.dumps(r, protocol=5) for r in raws], pa.binary())})
+    return [pa.table({"row": pa.array(range(first, first + len(raws)), pa.int64()),
+                      "raw": pa.array([pickle.dumps(r, protocol=5) for r in raws],
+                                      pa.binary())})]
 
 
 class _JobWorker:
@@ -171,10 +172,9 @@ class RayStream:
 
     def __init__(self, cluster: RayOptions, pipe: Pipeline, runner: ChunkRunner, fmt: str,
                  options):
-        self.ray = ray
         self.cluster, self.pipe, self.runner, self.fmt = cluster, pipe, runner, fmt
         self.options = options
-        self.owned = not self.ray.is_initialized()
+        self.owned = not ray.is_initialized()
         # until close(): Ray prints its raylets' messages to stdout, which is for the summary;
         # Ray Data's own log (its errors are ours to report, in one line) shows with --debug
         self.quiet = contextlib.ExitStack()
@@ -190,9 +190,12 @@ class RayStream:
     def _join(self) -> None:
         cluster, pipe = self.cluster, self.pipe
         if self.owned:
+            if cluster.address.startswith("ray://"):
+                raise ConfigError("--ray takes a cluster's address (host:port) or auto, not a "
+                                  "Ray Client address", "run bertonnx on a node of the cluster")
             _check_reachable(cluster.address)
             try:
-                self.ray.init(address=cluster.address, logging_level=logging.WARNING,
+                ray.init(address=cluster.address, logging_level=logging.WARNING,
                               log_to_driver=False)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 raise ConfigError(f"cannot join the Ray cluster at {cluster.address} ({e})",
@@ -200,8 +203,11 @@ class RayStream:
                                   "(the driver must run on one of its nodes)") from e
         self.folder = ship(pipe.folder.path)
         self.cpus = pipe.session.config.threads or 1  # onnxruntime threads and CPUs per actor
-        total = int(self.ray.cluster_resources().get("CPU", 1))
+        total = int(ray.cluster_resources().get("CPU", 1))
         self.actors = cluster.actors or max(1, total // self.cpus)
+        if self.actors * self.cpus > total:
+            log.warning("the Ray cluster has %d CPUs: %d actors of %d CPUs wait for more "
+                        "(up to %.0f s)", total, self.actors, self.cpus, cluster.wait_s)
         self.nodes: Counter = Counter()
 
     def dataset(self, start: int, wait: bool):
@@ -212,7 +218,7 @@ class RayStream:
                            o.chunk_size)
         # one block per chunk, not split further; 0 CPUs: reading is light, and a CPU it held
         # could be the one an actor restarts on after a node is lost
-        ds = self.ray.data.read_datasource(source, num_cpus=0, concurrency=2,
+        ds = ray.data.read_datasource(source, num_cpus=0, concurrency=2,
                                            override_num_blocks=max(1, len(source.starts)))
         with warnings.catch_warnings():
             # Ray Data >= 2.60 calls max_restarts/max_task_retries "ray_remote_args" and plans
@@ -225,7 +231,7 @@ class RayStream:
                 fn_constructor_kwargs=dict(
                     folder=self.folder, params=o.params, fields=o.fields, threads=self.cpus,
                     providers=list(pipe.session.config.providers), batch_size=pipe.batch_size),
-                compute=self.ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus,
+                compute=ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus,
                 max_restarts=self.cluster.max_restarts,
                 max_task_retries=self.cluster.max_task_retries)
         ctx = ds.context
@@ -302,8 +308,8 @@ class RayStream:
 
     def close(self) -> None:
         try:
-            if self.owned and self.ray.is_initialized():
-                self.ray.shutdown()
+            if self.owned and ray.is_initialized():
+                ray.shutdown()
         finally:
             self.quiet.close()
 
