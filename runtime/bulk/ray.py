@@ -136,8 +136,12 @@ def materialise(folder: ShippedFolder, root: Path | None = None,
         if fingerprint(tmp) != folder.fingerprint:
             raise ArtifactError(f"the shipped copy of {folder.path} does not match its "
                                 "fingerprint", "export the model again and rerun")
-        if target.exists():  # a damaged copy from before: set aside, then replaced
-            shutil.rmtree(target, ignore_errors=True)
+        if target.is_dir() and fingerprint(target) != folder.fingerprint:
+            # a damaged copy from before (a good one, just renamed in by another actor of
+            # this node, is kept: it may be loading from it)
+            aside = root / f".{folder.fingerprint}.damaged.{uuid.uuid4().hex[:8]}"
+            os.rename(target, aside)
+            shutil.rmtree(aside, ignore_errors=True)
         try:
             os.rename(tmp, target)
         except OSError:  # another actor on this node renamed its copy first: use that one

@@ -85,6 +85,14 @@ def test_materialise_writes_the_shipped_files_once(tiny_export, tmp_path):
     moved = dataclasses.replace(shipped, path=str(changed))
     assert folder_on_node(moved, root, get=_identity) == got  # not the different files
     assert folder_on_node(str(export)) == export  # a plain path is taken as it is
+    # actors of one node racing: one copy, every one of them gets it, no temporaries left
+    from concurrent.futures import ThreadPoolExecutor
+
+    race = tmp_path / "race"
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: materialise(elsewhere, race, get=_identity), range(4)))
+    assert got == [race / shipped.fingerprint] * 4
+    assert [p.name for p in race.iterdir()] == [shipped.fingerprint]
 
 
 def test_materialise_refuses_a_copy_that_does_not_match(tiny_export, tmp_path):
