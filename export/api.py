@@ -8,7 +8,8 @@ written, so an interrupted export never leaves a folder that looks complete. Scr
 raw graph, the optimizer's and the quantizer's copies) live inside that folder too, so a
 SIGKILL leaves nothing in /tmp and the next export to `out` removes it all. An export holds an
 exclusive lock on `out` (`flock` on `.OUT.lock` beside it) from its first check to the rename:
-a second export to the same `out` fails at once instead of both reporting success.
+a second export (or `adopt`, export/adopt.py, which takes the same lock) to the same `out`
+fails at once instead of both reporting success.
 """
 from __future__ import annotations
 
@@ -153,7 +154,8 @@ def locked(out: Path) -> Iterator[None]:
         except BlockingIOError:
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
             os.close(fd)
-            raise ArtifactError(f"another export is writing {out} (pid {holder} holds {path})",
+            raise ArtifactError(f"another export or adopt is writing {out} (pid {holder} holds "
+                                f"{path})",
                                 "wait for it to finish, or choose another --out") from None
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino

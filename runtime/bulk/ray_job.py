@@ -220,20 +220,23 @@ class RayStream:
         # could be the one an actor restarts on after a node is lost
         ds = ray.data.read_datasource(source, num_cpus=0, concurrency=2,
                                            override_num_blocks=max(1, len(source.starts)))
+        args = dict(
+            batch_size=o.chunk_size, batch_format="pyarrow", zero_copy_batch=True,
+            fn_constructor_kwargs=dict(
+                folder=self.folder, params=o.params, fields=o.fields, threads=self.cpus,
+                providers=list(pipe.session.config.providers), batch_size=pipe.batch_size),
+            compute=ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus)
+        retries = dict(max_restarts=self.cluster.max_restarts,
+                       max_task_retries=self.cluster.max_task_retries)
         with warnings.catch_warnings():
-            # Ray Data >= 2.60 calls max_restarts/max_task_retries "ray_remote_args" and plans
-            # to drop them in 2.64 (the extra's range stops before it); until then they are
-            # the only way to set them
+            # Ray Data 2.60 calls max_restarts/max_task_retries "ray_remote_args", deprecated,
+            # to go in 2.64; until then they are the only way to set them. Once Ray refuses
+            # them, its own defaults apply (restart and retry without end).
             warnings.simplefilter("ignore", RayDeprecationWarning)
-            ds = ds.map_batches(
-                _JobWorker, batch_size=o.chunk_size, batch_format="pyarrow",
-                zero_copy_batch=True,
-                fn_constructor_kwargs=dict(
-                    folder=self.folder, params=o.params, fields=o.fields, threads=self.cpus,
-                    providers=list(pipe.session.config.providers), batch_size=pipe.batch_size),
-                compute=ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus,
-                max_restarts=self.cluster.max_restarts,
-                max_task_retries=self.cluster.max_task_retries)
+            try:
+                ds = ds.map_batches(_JobWorker, **args, **retries)
+            except TypeError:
+                ds = ds.map_batches(_JobWorker, **args)
         ctx = ds.context
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = False

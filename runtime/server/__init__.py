@@ -5,6 +5,8 @@ Starlette on uvicorn (the optional `serve` extra; nothing else in the runtime im
     POST /predict   {"inputs": ..., "parameters": {...}}  -> exactly the pipeline's output JSON
     GET  /health    503 while the model loads, 200 once it answers
     GET  /metrics   Prometheus text: requests by status, latency, batch sizes, queue depth
+    POST /v1/embeddings, GET /v1/models            OpenAI's embeddings API (openai.py)
+    /v2, /v2/health/*, /v2/models/{name}[/ready|/infer]   Open Inference Protocol v2 (v2.py)
 
 The request convention is Hugging Face's inference API: `inputs` is a text, a list of texts,
 a {"text", "text_pair"} pair (classification) or a {"question", "context"} object (QA), or a
@@ -22,14 +24,17 @@ exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
 
 Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, JSON out,
 client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
-app.py (the Starlette app), connections.py (header deadline and connection cap on uvicorn's
+app.py (the Starlette app), wire.py (how an inference route reads requests and writes
+answers; /predict's, openai.py's, v2.py's), tensors.py (each task's v2 tensors),
+connections.py (header deadline and connection cap on uvicorn's
 h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
-click command).
+click command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the
+`ray` extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
 """
 from .app import create_app
 from .process import bind, run_server
 from .protocol import ClientError, allowed_parameters, parse_request
-from .settings import Limits, ServeOptions, Timeouts
+from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
-__all__ = ["ClientError", "Limits", "ServeOptions", "Timeouts", "allowed_parameters", "bind",
-           "create_app", "parse_request", "run_server"]
+__all__ = ["ClientError", "Limits", "RayOptions", "ServeOptions", "Timeouts",
+           "allowed_parameters", "bind", "create_app", "parse_request", "run_server"]

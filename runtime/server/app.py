@@ -1,10 +1,12 @@
-"""The Starlette app: POST /predict, GET /health, GET /metrics, one named handler each.
+"""The Starlette app: POST /predict, GET /health, GET /metrics, one named handler each; the
+OpenAI (openai.py) and Open Inference Protocol v2 (v2.py) routes on the same handlers.
 
 The model loads in the background once the app starts, so /health can answer 503 while it
 happens (readiness probes); requests then go through the protocol (protocol.py) into the
 dynamic batcher (batching.py), which calls the pipeline.
 
-A /predict request is read under a deadline (--body-timeout-s: 408), judged whole before it is
+An inference request (/predict, /v1/embeddings, /v2/models/{name}/infer: `infer`, each route
+with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s: 408), judged whole before it is
 queued (protocol.Prepared: 400/413 naming the parameter or the limit), and while it waits for
 the model its connection is watched: a client that goes away is counted apart (not a 5xx) and
 its queued work is dropped. On SIGTERM (process.py calls `begin_drain`) the server answers
@@ -13,7 +15,6 @@ what it has; what is still unanswered --drain-timeout-s later gets 503 and the e
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -25,9 +26,9 @@ from typing import Any
 from ..errors import ArtifactError, BertOnnxError
 from .batching import DynamicBatcher
 from .metrics import Metrics
-from .protocol import (ClientError, PipelineRunner, Prepared, allowed_parameters, error_body,
-                       jsonable, parse_request)
+from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
 from .settings import ServeOptions
+from .wire import PREDICT, Wire
 
 # A request with more characters than this is priced (tokenized) in a thread, not on the
 # event loop: ~0.2 ms of tokenizing stays inline, where a thread hop would cost as much.
@@ -66,6 +67,12 @@ class _State:
     def ready(self) -> bool:
         return self.batcher is not None
 
+    @property
+    def name(self) -> str:
+        """The model's name on the protocols that name it (/v1/models, /v2/models/{name}):
+        --name, else the export folder's name."""
+        return self.options.name or self.model_dir.name
+
     def arriving(self) -> int:
         """Requests being received that showed progress within max_wait: the batch may wait
         for those. A stalled upload stops counting max_wait after its last bytes, so it never
@@ -86,13 +93,6 @@ class _State:
         now = asyncio.get_running_loop().time()
         for scope in list(self.scopes):
             scope.reschedule(now)
-
-
-def _json_error(message: str, kind: str, status: int, headers: dict | None = None):
-    from starlette.responses import Response
-
-    return Response(error_body(message, kind), status, media_type="application/json",
-                    headers=headers)
 
 
 class _Handlers:
@@ -188,28 +188,28 @@ class _Handlers:
             raise ClientGone("body") from None
         return b"".join(chunks)
 
-    async def answer(self, request):
-        """The pipeline's result for one request; raises ClientError / BertOnnxError /
-        ClientGone."""
+    async def answer(self, request, wire: Wire):
+        """The response to one request, read and written by `wire`; raises ClientError /
+        BertOnnxError / ClientGone."""
         state, options = self.state, self.options
         pipe = state.pipeline
         key = id(request)
         state.reading[key] = time.monotonic()
         try:
             body = await self.read_body(request, key)
-            parsed = parse_request(pipe.task, body, state.allowed, options.limits.max_inputs)
-            prepared = Prepared.check(pipe, parsed, options.limits)
+            call = wire.parse(state, request, body)
+            prepared = Prepared.check(pipe, call.parsed, options.limits)
             if len(body) > _INLINE_CHARS:
-                await asyncio.get_running_loop().run_in_executor(
+                work = await asyncio.get_running_loop().run_in_executor(
                     None, prepared.price, pipe, options.limits)
             else:
-                prepared.price(pipe, options.limits)
+                work = prepared.price(pipe, options.limits)
         finally:
             state.reading.pop(key, None)
         parts = prepared.cut(options.batch.max_batch_size)
         results = await self.until_answered(request,
                                             state.batcher.submit_parts(parts, prepared.params))
-        return prepared.answer(pipe, results)
+        return wire.respond(prepared.answer(pipe, results), call, work)
 
     async def until_answered(self, request, work):
         """`work`'s result, unless the client hangs up first: then ClientGone, and the work
@@ -227,6 +227,11 @@ class _Handlers:
                     t.cancel()
 
     async def predict(self, request):
+        return await self.infer(request, PREDICT)
+
+    async def infer(self, request, wire: Wire):
+        """One inference request of any protocol, start to finish: readiness, the drain, the
+        answer, the error statuses and the metrics."""
         from starlette.responses import Response
 
         state = self.state
@@ -236,18 +241,18 @@ class _Handlers:
         try:
             if not state.ready:
                 status = 503
-                return _json_error("the model is still loading; retry shortly"
-                                   if state.load_error is None else "the model failed to load",
-                                   "NotReady", 503, {"Retry-After": "1"})
+                return wire.error(503, "the model is still loading; retry shortly"
+                                  if state.load_error is None else "the model failed to load",
+                                  "NotReady", {"Retry-After": "1"})
             if state.cutting:
                 status = 503
                 state.cut += 1
-                return _json_error(_SHUTTING_DOWN, "ShuttingDown", 503)
+                return wire.error(503, _SHUTTING_DOWN, "ShuttingDown")
             try:
                 async with asyncio.timeout(None) as scope:   # the drain's handle on it
                     state.scopes.add(scope)
                     try:
-                        result = await self.answer(request)
+                        response = await self.answer(request, wire)
                     finally:
                         state.scopes.discard(scope)
             except TimeoutError:
@@ -255,27 +260,28 @@ class _Handlers:
                     raise
                 status = 503
                 state.cut += 1
-                return _json_error(_SHUTTING_DOWN, "ShuttingDown", 503)
+                return wire.error(503, _SHUTTING_DOWN, "ShuttingDown")
             except ClientGone as e:
                 status = None   # no answer was owed: counted apart, never as a 5xx
                 state.metrics.client_gone(e.stage)
                 return Response(status_code=204)   # nobody is there to read it
             except ClientError as e:
                 status = e.status
-                return _json_error(e.message, e.kind, e.status, e.headers)
+                return wire.error(e.status, e.message, e.kind, e.headers,
+                                  getattr(e, "parameter", None))
             except ArtifactError:
                 raise  # the export broke under us: a server fault, answered 500 below
             except BertOnnxError as e:  # the pipeline judged the input or a parameter
                 status = 400
-                return _json_error(str(e), type(e).__name__, 400)
-            body = json.dumps(result, default=jsonable, ensure_ascii=False).encode()
-            status = 200
-            return Response(body, 200, media_type="application/json")
+                return wire.error(400, str(e), type(e).__name__,
+                                  parameter=getattr(e, "parameter", None))
+            status = response.status_code
+            return response
         except Exception:
             incident = uuid.uuid4().hex[:12]
-            log.exception("internal error %s on /predict", incident)
-            return _json_error(f"internal error {incident}; see the server log",
-                               "InternalError", 500)
+            log.exception("internal error %s on %s", incident, request.url.path)
+            return wire.error(500, f"internal error {incident}; see the server log",
+                              "InternalError")
         finally:
             state.metrics.in_flight -= 1
             if status is not None:
@@ -339,11 +345,14 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
+    from . import openai, v2
+
     h = _Handlers(_State(Path(model_dir), options, on_fatal=on_fatal), loader)
     app = Starlette(
         routes=[Route("/predict", h.predict, methods=["POST"]),
                 Route("/health", h.health, methods=["GET"]),
-                Route("/metrics", h.metrics, methods=["GET"])],
+                Route("/metrics", h.metrics, methods=["GET"]),
+                *openai.routes(h), *v2.routes(h)],
         lifespan=h.lifespan,
         exception_handlers={HTTPException: h.http_error, Exception: h.server_error},
     )

@@ -108,6 +108,7 @@ class DynamicBatcher:
         self._pool: ThreadPoolExecutor | None = None
         self._slots: asyncio.Semaphore | None = None
         self._carry: _Job | None = None   # a job that did not fit in the previous batch
+        self._forming: list[_Job] = []     # taken from the queue, not yet running
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -132,7 +133,10 @@ class DynamicBatcher:
 
     @property
     def queued(self) -> int:
-        return (self._queue.qsize() if self._queue else 0) + (self._carry is not None)
+        """Jobs submitted and not yet running: in the queue, carried over, or in the batch
+        being formed (waiting for a worker or for company)."""
+        return ((self._queue.qsize() if self._queue else 0) + (self._carry is not None)
+                + len(self._forming))
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -158,10 +162,12 @@ class DynamicBatcher:
                 return
             if first.future.done():
                 continue   # its client went away while it queued
+            self._forming = [first]
             # Wait for a free worker before collecting: while all are busy, requests pile up
             # in the queue and the next batch takes them all at once.
             await self._slots.acquire()
             batch, stop = await self._collect(first)
+            self._forming = []
             task = asyncio.get_running_loop().create_task(self._dispatch(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -169,7 +175,7 @@ class DynamicBatcher:
                 return
 
     async def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
-        batch, size = [first], first.size
+        batch, size = self._forming, first.size   # the batch is `_forming` until dispatched
         deadline = first.arrived + self.config.max_wait_ms / 1000
         while size < self.config.max_batch_size:
             try:

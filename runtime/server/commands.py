@@ -1,4 +1,5 @@
-"""`bertonnx serve`: click maps flags onto ServeOptions and runs the server."""
+"""`bertonnx serve`: click maps flags onto ServeOptions (and RayOptions with --ray) and runs
+the server, or deploys it on a Ray cluster."""
 from __future__ import annotations
 
 import logging
@@ -7,11 +8,51 @@ from pathlib import Path
 import click
 
 from ..bounds import MAX_BATCH_SIZE, MAX_THREADS
+from ..errors import ConfigError
 from .batching import MAX_WORKERS, BatchConfig
 from .process import run_server
-from .settings import Limits, ServeOptions, Timeouts
+from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
 _L, _T = Limits(), Timeouts()
+
+
+def _ray_flags(command):
+    """The flags of `serve --ray`: the same app as a Ray Serve deployment (ray_serve.py)."""
+    flags = [
+        click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto",
+                     help="Run as a Ray Serve deployment on this Ray cluster (HOST:PORT of "
+                          "its head, or auto); needs the ray extra."),
+        click.option("--replicas", default=1, show_default=True, type=click.IntRange(1),
+                     help="With --ray: model replicas, each with its own dynamic batching "
+                          "(the first count when autoscaling)."),
+        click.option("--min-replicas", default=None, type=click.IntRange(1),
+                     help="With --ray: autoscale between --min-replicas and --max-replicas."),
+        click.option("--max-replicas", default=None, type=click.IntRange(1),
+                     help="With --ray: the autoscaling upper bound."),
+        click.option("--replica-cpus", default=1.0, show_default=True,
+                     type=click.FloatRange(0, min_open=True),
+                     help="With --ray: Ray CPUs each replica reserves (and its onnxruntime "
+                          "threads unless --threads is given)."),
+        click.option("--max-ongoing-requests", default=None, type=click.IntRange(1),
+                     help="With --ray: requests one replica holds at once; the rest queue "
+                          "[default: 2 × --max-batch-size]."),
+        click.option("--request-timeout-s", default=RayOptions.request_timeout_s,
+                     show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
+                     help="With --ray: a request not answered in time (replicas busy or "
+                          "dying) gets 503."),
+        click.option("--deploy-timeout-s", default=RayOptions.deploy_timeout_s,
+                     show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
+                     help="With --ray: the replicas must be up (models loaded) within this, "
+                          "or the command stops saying what the cluster lacks."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
+
+
+# Flags of the plain server's own connection handling; under --ray, Ray's proxy holds the
+# connections, so setting one there is refused rather than ignored.
+_NOT_ON_RAY = ("max_connections", "header_timeout_s")
 
 
 @click.command("serve")
@@ -62,17 +103,47 @@ _L, _T = Limits(), Timeouts()
 @click.option("--threads", default=None, type=click.IntRange(0, MAX_THREADS),
               help="onnxruntime intra-op threads per call [default: onnxruntime's].")
 @click.option("--providers", default=None, help="onnxruntime providers, e.g. cuda,cpu.")
+@click.option("--name", default=None,
+              help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
+                   "folder name].")
+@_ray_flags
 @click.pass_context
 def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_body_bytes,
           max_inputs, max_tokens, max_context_chars, max_answers, max_connections,
-          header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers):
-    """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics."""
+          header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers,
+          name, ray_address, **ray_flags):
+    """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
+    POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
+    v2 (KServe, Triton: /v2/models/NAME/infer).
+
+    With --ray, the same app runs as a Ray Serve deployment of --replicas replicas on a
+    running Ray cluster, each with its own dynamic batching."""
     debug = bool((ctx.find_root().obj or {}).get("debug"))
     options = ServeOptions(
         host=host, port=port, batch=BatchConfig(max_batch_size, max_wait_ms, workers),
         limits=Limits(max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers),
         timeouts=Timeouts(header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s),
-        max_connections=max_connections, threads=threads, providers=providers)
+        max_connections=max_connections, threads=threads, providers=providers, name=name)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
+    if ray_address is not None:
+        return _serve_on_ray(ctx, model_dir, options, RayOptions(ray_address, **ray_flags))
+    for flag in ray_flags:
+        if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{flag.replace('_', '-')} needs --ray ADDRESS", ctx)
     return run_server(model_dir, options, log_level="debug" if debug else "warning",
                       announce=lambda line: click.echo(line, err=True))
+
+
+def _serve_on_ray(ctx, model_dir, options: ServeOptions, ray_options: RayOptions) -> int:
+    for name in _NOT_ON_RAY:
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply with --ray: "
+                                   "Ray Serve's proxy holds the connections", ctx)
+    try:
+        from .ray_serve import serve_on_ray
+    except ImportError as e:
+        if (e.name or "ray").partition(".")[0] != "ray":
+            raise
+        raise ConfigError("--ray needs the ray extra", "pip install 'bertonnx[ray]'") from None
+    return serve_on_ray(model_dir, options, ray_options,
+                        announce=lambda line: click.echo(line, err=True))

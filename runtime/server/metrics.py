@@ -114,7 +114,9 @@ class Metrics:
                  [f"{p}_connections_refused_total {self.refused}"]),
                 ("open_connections", "gauge", "Client connections open now.",
                  [f"{p}_open_connections {self.open_connections}"]),
-                ("queue_depth", "gauge", "Requests waiting for a batch.",
+                ("queue_depth", "gauge",
+                 "Requests (parts of max_batch_size) waiting to run: queued, or in the batch "
+                 "being formed.",
                  [f"{p}_queue_depth {queued}"]),
                 ("model_ready", "gauge", "1 once the model answers.",
                  [f"{p}_model_ready {int(ready)}"]),

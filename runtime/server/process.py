@@ -97,8 +97,9 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         timeout_graceful_shutdown=int(timeouts.drain_s) + 5)
     server = _server_class()(config, state)
     host, port = sock.getsockname()[:2]
-    announce(f"bertonnx: serving {model_dir} ({manifest.task}) on http://{host}:{port} "
-             "— POST /predict, GET /health, GET /metrics")
+    announce(f"bertonnx: serving {model_dir} ({manifest.task}) as {state.name} on "
+             f"http://{host}:{port} — POST /predict, /v1/embeddings, /v2/models/{state.name}/"
+             "infer; GET /health, /metrics, /v1/models, /v2")
     # uvicorn drains on SIGTERM, then re-raises the signal so the default action would kill
     # the process with status 143; by then the drain is done, so ours just lets it return.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)

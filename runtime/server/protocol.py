@@ -134,15 +134,17 @@ class Prepared:
                         limits.max_context_chars)
         return cls(read, parsed.params)
 
-    def price(self, pipe, limits: Limits) -> None:
+    def price(self, pipe, limits: Limits):
         """What the call would cost (Pipeline.work tokenizes; the inputs' own errors come out
-        here, before the request is queued) against the token and answer limits."""
+        here, before the request is queued) against the token and answer limits; returns
+        that `Work` (OpenAI's usage counts its tokens)."""
         work = pipe.work(self.read, **self.params)
         if work.tokens > limits.max_tokens:
             raise _over("max_tokens", f"{work.tokens} tokens", limits.max_tokens)
         if work.answers > limits.max_answers:
             raise _over("max_answers", f"{work.answers} answers (top_k × masks or questions)",
                         limits.max_answers, status=400)
+        return work
 
     def cut(self, size: int) -> list:
         """The inputs in parts of at most `size` records (the batcher's fairness unit)."""

@@ -5,6 +5,7 @@ Every limit has a default, a flag, and a refusal that names both (413 for reques
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -70,8 +71,79 @@ class ServeOptions:
     max_connections: int = 1_000
     threads: int | None = None               # onnxruntime intra-op threads per call
     providers: str | None = None             # onnxruntime providers, e.g. "cuda,cpu"
+    # the model's name on /v1/models and /v2/models/{name} (None: the export folder's name)
+    name: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise InputError(f"--max-connections must be ≥ 1, got {self.max_connections!r}",
                              "pass e.g. --max-connections 1000")
+        if self.name is not None and not _NAME.fullmatch(self.name):
+            raise InputError(f"--name {self.name!r} is not a model name: it goes into URL paths "
+                             "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
+                             "200), e.g. --name minilm")
+
+
+# A model name: one URL path segment that needs no quoting.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """`bertonnx serve DIR --ray ADDRESS`: the same app as a Ray Serve deployment, one
+    dynamic batcher per replica (runtime/server/ray_serve.py)."""
+
+    address: str                        # a running cluster's "host:port", or "auto"
+    replicas: int = 1                   # fixed count, or the first count when autoscaling
+    min_replicas: int | None = None     # either bound set: Serve autoscales between them
+    max_replicas: int | None = None
+    replica_cpus: float = 1.0           # Ray CPUs each replica reserves (and its ORT threads)
+    # requests one replica holds at once (None: 2 × max_batch_size, so a full batch can
+    # form while another runs); beyond it Serve queues them for the next free replica
+    max_ongoing_requests: int | None = None
+    # a request not answered within this (replicas dead or all busy) gets 503
+    request_timeout_s: float = 60.0
+    # the application must run (every replica's model loaded) within this, or the command
+    # stops with what the cluster lacks (replicas that fit on no node would wait for ever)
+    deploy_timeout_s: float = 300.0
+    attempts: int = 3                   # tries of a request whose replica died under it
+    name: str = "bertonnx"              # the Serve application's name
+
+    def __post_init__(self):
+        if not self.address:
+            raise InputError("--ray needs a cluster address",
+                             "pass --ray auto or --ray HOST:PORT")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise InputError(f"--replicas must be ≥ 1, got {self.replicas!r}",
+                             "pass --replicas 1")
+        if self.autoscaling:
+            low, high = self.bounds
+            if not 1 <= low <= high:
+                raise InputError(f"--min-replicas {low} and --max-replicas {high} must satisfy "
+                                 "1 ≤ min ≤ max", "pass e.g. --min-replicas 1 --max-replicas 4")
+        if not self.replica_cpus > 0:
+            raise InputError(f"--replica-cpus must be > 0, got {self.replica_cpus!r}",
+                             "pass e.g. --replica-cpus 1")
+        if self.max_ongoing_requests is not None and self.max_ongoing_requests < 1:
+            raise InputError(f"--max-ongoing-requests must be ≥ 1, got "
+                             f"{self.max_ongoing_requests!r}",
+                             "pass e.g. --max-ongoing-requests 64")
+        if not 0 < self.request_timeout_s <= 86_400:
+            raise InputError(f"--request-timeout-s must be in (0, 86400], got "
+                             f"{self.request_timeout_s!r}", "pass e.g. --request-timeout-s 60")
+        if not 0 < self.deploy_timeout_s <= 86_400:
+            raise InputError(f"--deploy-timeout-s must be in (0, 86400], got "
+                             f"{self.deploy_timeout_s!r}", "pass e.g. --deploy-timeout-s 300")
+        if self.attempts < 1:
+            raise InputError(f"attempts must be ≥ 1, got {self.attempts!r}")
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.min_replicas is not None or self.max_replicas is not None
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """(min, max) replicas: a bound not given defaults to 1 (min) or max(replicas, min)."""
+        low = 1 if self.min_replicas is None else self.min_replicas
+        high = max(self.replicas, low) if self.max_replicas is None else self.max_replicas
+        return low, high

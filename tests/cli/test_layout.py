@@ -47,7 +47,7 @@ def test_serve_help_imports_no_server_or_model_libraries():
             "    main(['serve', '--help'])\n"
             "except SystemExit:\n"
             "    pass\n"
-            "heavy = ('starlette', 'uvicorn', 'onnxruntime', 'torch', 'onnx')\n"
+            "heavy = ('starlette', 'uvicorn', 'onnxruntime', 'torch', 'onnx', 'ray')\n"
             "print(sorted(m for m in heavy if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -65,16 +65,21 @@ elif point == "fuse":  # onnxruntime's basic optimisations have written their gr
 elif point == "int8":  # the quantizer has written the int8 graph
     import onnxruntime.quantization as quantization
     after(quantization, "quantize_dynamic")
+elif point == "adopt":  # `bertonnx adopt` holds the lock on --out, nothing written yet
+    from bertonnx.export import adopt
+    adopt._adopt = lambda *a, **k: pause()
 sys.exit(main(sys.argv[3:]))
 """
 
 
-def _start_paused(ckpt: Path, out: Path, point: str, *extra, env=None) -> subprocess.Popen:
-    """`bertonnx export` in a subprocess, returned once it is paused at `point`."""
+def _start_paused(ckpt: Path, out: Path, point: str, *extra, env=None,
+                  argv: list[str] | None = None) -> subprocess.Popen:
+    """`bertonnx export` (or the command `argv`) in a subprocess, returned once it is paused
+    at `point`."""
     flag = out.parent / f"paused-{point}"
-    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_EXPORT, str(flag), point, "export",
-                             str(ckpt), "--task", "fill-mask", "--out", str(out), "--no-parity",
-                             *extra],
+    argv = argv or ["export", str(ckpt), "--task", "fill-mask", "--out", str(out),
+                    "--no-parity", *extra]
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSING_EXPORT, str(flag), point, *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=env or _cli_env())
     deadline = time.monotonic() + 240
@@ -201,7 +206,7 @@ def test_a_second_export_to_the_same_out_fails_at_once(tiny_checkpoint, tmp_path
         lines = [ln for ln in err.splitlines() if ln.strip()]
         # one line and nothing else: it failed before its first step ("loading ...")
         assert second.returncode == 2 and len(lines) == 1, err
-        assert lines[0].startswith(f"bertonnx: error: another export is writing {out} "
+        assert lines[0].startswith(f"bertonnx: error: another export or adopt is writing {out} "
                                    f"(pid {first.pid} holds"), lines[0]
         print(f"second export refused in {took:.2f} s (process start and imports included)")
     finally:
@@ -209,6 +214,36 @@ def test_a_second_export_to_the_same_out_fails_at_once(tiny_checkpoint, tmp_path
         first.wait()
     third = _export(ckpt, out)
     assert third.returncode == 0, third.stderr.decode()[-1000:]
+    assert load(out)("the [MASK] sat .")
+    assert not out.with_name(f".{out.name}.lock").exists(), "the lock file was left behind"
+    assert not _partials(out)
+
+
+def test_adopt_takes_the_same_lock_as_export(tiny_checkpoint, tmp_path, run_cli):
+    """`bertonnx adopt` holds the --out lock as export does: while one adopt holds it, a
+    second adopt and an export to the same --out each fail at once in one line; once it is
+    gone (SIGKILL) the lock is free and an adopt completes."""
+    from tests.conftest import FM, make_foreign_export
+
+    from .conftest import one_error_line
+
+    foreign = make_foreign_export(tiny_checkpoint(FM), tmp_path / "optimum", FM)
+    out = tmp_path / "adopted"
+    adopt = ["adopt", str(foreign), "--out", str(out)]
+    first = _start_paused(foreign, out, "adopt", argv=adopt)
+    try:
+        for argv in (adopt, ["export", tiny_checkpoint(FM), "--task", FM, "--out", out,
+                             "--no-parity"]):
+            second = run_cli(*argv)
+            assert second.returncode == 2, second.stderr.decode()
+            assert one_error_line(second).startswith(
+                f"bertonnx: error: another export or adopt is writing {out} "
+                f"(pid {first.pid} holds"), argv[0]
+    finally:
+        first.kill()
+        first.wait()
+    again = run_cli(*adopt)
+    assert again.returncode == 0, again.stderr.decode()[-1000:]
     assert load(out)("the [MASK] sat .")
     assert not out.with_name(f".{out.name}.lock").exists(), "the lock file was left behind"
     assert not _partials(out)

@@ -306,3 +306,28 @@ def test_no_wait_when_nothing_else_is_arriving():
 
     assert run(main()) == (("alone", None), ("first", None), ("second", None))
     assert [c[0] for c in rec.calls] == [["alone"], ["first", "second"]]
+
+
+def test_queued_counts_the_batch_being_formed():
+    """`queued` (the server's queue-depth gauge) counts every job not yet running: those in
+    the queue and those in the batch being formed, here waiting for a request on its way in."""
+    rec = Recorder()
+    arriving = [1]
+
+    async def main():
+        b = DynamicBatcher(rec, BatchConfig(max_batch_size=8, max_wait_ms=60_000),
+                           arriving=lambda: arriving[0])
+        b.start()
+        jobs = [asyncio.ensure_future(b.submit(i, 1, {})) for i in range(3)]
+        for _ in range(100):          # let the loop take them into the batch it forms
+            await asyncio.sleep(0)
+        forming = (b.queued, rec.calls[:])
+        arriving[0] = 0               # the one on its way arrives; nobody else: it goes
+        await b.submit(3, 1, {})
+        await asyncio.gather(*jobs)
+        out = (*forming, b.queued)
+        await b.close()
+        return out
+
+    assert run(main()) == (3, [], 0)
+    assert [c[0] for c in rec.calls] == [[0, 1, 2, 3]]

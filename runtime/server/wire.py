@@ -1,0 +1,75 @@
+"""How one inference route speaks: a `Wire` reads a request body into the pipeline's inputs and
+parameters (`parse`), writes the answer (`respond`) and writes a refusal (`error`).
+
+Every inference route runs the same path in app.py (`_Handlers.infer`): the body read within
+--max-body-bytes and --body-timeout-s, the request judged whole and priced against the limits
+(protocol.Prepared), the dynamic batcher, the metrics, the drain. Only these three steps
+differ between the protocols:
+
+    POST /predict                   Hugging Face's convention   PREDICT (here)
+    POST /v1/embeddings             OpenAI's embeddings API     openai.EMBEDDINGS
+    POST /v2/models/{name}/infer    Open Inference Protocol v2  v2.INFER
+
+so a request merged into a batch with requests of another protocol gets the same answer.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .protocol import ClientError, Parsed, error_body, jsonable, parse_request
+
+
+# a catch-all route's methods: an unknown path is a 404 whatever the method
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class FieldError(ClientError):
+    """A refusal that names the request field at fault (OpenAI's errors carry it as `param`)."""
+
+    def __init__(self, status: int, message: str, parameter: str | None,
+                 kind: str = "InputError", headers: dict | None = None):
+        super().__init__(status, message, kind, headers)
+        self.parameter = parameter
+
+
+@dataclass(frozen=True)
+class Call:
+    """A request as its wire read it: the pipeline's inputs and parameters (`parsed`, judged
+    next by protocol.Prepared) and what `respond` needs besides the results (`context`)."""
+
+    parsed: Parsed
+    context: Any = None
+
+
+class Wire:
+    """Hugging Face's inference convention (the /predict route): `{"inputs", "parameters"}` in,
+    exactly the pipeline's JSON out, `{"error", "type"}` for refusals. Other wires override
+    the three methods."""
+
+    name = "predict"
+
+    def parse(self, state, request, body: bytes) -> Call:
+        """The request read (ClientError / InputError for what is wrong). `state` is the app's
+        (app._State: the pipeline, the parameters it takes, the limits, the served name)."""
+        return Call(parse_request(state.pipeline.task, body, state.allowed,
+                                  state.options.limits.max_inputs))
+
+    def respond(self, answer, call: Call, work):
+        """The HTTP response for the pipeline's answer (`work`: what the call cost, its
+        tokens, as protocol.Prepared.price counted them)."""
+        from starlette.responses import Response
+
+        body = json.dumps(answer, default=jsonable, ensure_ascii=False).encode()
+        return Response(body, 200, media_type="application/json")
+
+    def error(self, status: int, message: str, kind: str, headers: dict | None = None,
+              parameter: str | None = None):
+        from starlette.responses import Response
+
+        return Response(error_body(message, kind), status, media_type="application/json",
+                        headers=headers)
+
+
+PREDICT = Wire()
