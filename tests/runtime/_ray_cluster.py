@@ -92,10 +92,10 @@ class LocalCluster:
             raise RuntimeError(f"ray start ({name}) failed:\n"
                                + (self.root / f"{name}.log").read_text()[-3000:])
 
-    def start_head(self, cpus: int) -> str:
+    def start_head(self, cpus: int, env: dict | None = None) -> str:
         gcs, dashboard = _free_ports(2)
         self._start("head", ["--head", "--port", str(gcs), "--include-dashboard", "false",
-                             "--dashboard-port", str(dashboard)], cpus, None)
+                             "--dashboard-port", str(dashboard)], cpus, env)
         self.address = f"127.0.0.1:{gcs}"
         return self.address
 

@@ -179,8 +179,8 @@ def cluster(tmp_path_factory):
     root = Path(os.environ.get("TMPDIR", "/tmp")) / f"rb{os.getpid()}"
     c = LocalCluster(root)
     try:
-        c.start_head(cpus=2)
-        # the worker materialises shipped folders under its own TMPDIR
+        # each node materialises shipped folders under its own TMPDIR, not the machine's /tmp
+        c.start_head(cpus=2, env={"TMPDIR": str(tmp_path_factory.mktemp("headtmp"))})
         c.add_worker("w1", cpus=1, env={"TMPDIR": str(tmp_path_factory.mktemp("w1tmp"))})
         yield c
     finally:
