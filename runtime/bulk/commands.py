@@ -135,20 +135,33 @@ def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[
 @click.option("--force", is_flag=True, help="Replace the output (and any stopped job).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Progress on stderr: a bar on a terminal, lines otherwise.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto",
+              help="Run on a Ray cluster (Ray Data, one pipeline per actor; --threads each, "
+                   "default 1): its address, or auto. Same output. Needs bertonnx[ray].")
+@click.option("--actors", type=click.IntRange(min=1), default=None,
+              help="[--ray] Actors (pipelines) [default: the cluster's CPUs // --threads].")
 @_task_flags
 @click.pass_context
 def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output_path,
         input_format, field_items, pair, chunk_size, on_error, resume, force, progress,
-        **task_values):
+        ray_address, actors, **task_values):
     """Run the export in DIR over every row of --input into --output, in chunks: committed as
-    they go, resumable with --resume, a bad row an error row."""
+    they go, resumable with --resume, a bad row an error row; on one machine, or with --ray
+    on a Ray cluster."""
     from ..pipelines import load
     from .job import JobOptions, run_job
 
+    cluster = None
+    if ray_address is not None:
+        from .ray_job import RayOptions  # one line naming the extra when ray is missing
+
+        cluster = RayOptions(ray_address, actors)
+    elif actors is not None:
+        raise InputError("--actors is an option of --ray", "pass --ray ADDRESS, or leave it out")
     pipe = load(folder, providers=providers, threads=threads, batch_size=batch_size)
     params = task_params(ctx, pipe.task, task_values)
     fields = fields_of(field_items, pair, type(pipe))
     summary = run_job(pipe, JobOptions(
         input_path, output_path, params, fields, input_format, chunk_size, on_error, resume,
-        force, progress))
+        force, progress), cluster)
     click.echo(json.dumps(summary.as_dict()) if as_json else summary.line())

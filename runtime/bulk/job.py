@@ -7,7 +7,8 @@
 onnxruntime and the tokenizers library release the GIL, so parsing and writing overlap the
 model; the queues are bounded, so memory holds a few chunks whatever the file's size. Chunks
 are fixed runs of `chunk_size` input rows: a resumed job runs exactly the chunks a clean one
-would, and its output is byte for byte the same (runtime/bulk/sinks.py).
+would, and its output is byte for byte the same (runtime/bulk/sinks.py). With a `RayOptions`
+the chunks run on a Ray cluster instead (runtime/bulk/ray_job.py), into the same sink.
 """
 from __future__ import annotations
 
@@ -101,8 +102,11 @@ def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
         sort_keys=True))
 
 
-def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
-    """Run `pipe` over options.input into options.output (see the module docstring)."""
+def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
+    """Run `pipe` over options.input into options.output (see the module docstring).
+
+    cluster: a `RayOptions` (runtime/bulk/ray_job.py) runs the chunks on that Ray cluster, one
+    pipeline per actor, into the same sink: the same output, byte for byte."""
     fmt = input_format(options.input, options.input_format)
     if options.output.resolve() == options.input.resolve():
         raise InputError(f"--output {options.output} is the --input file",
@@ -111,11 +115,26 @@ def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
     reader = open_reader(options.input, fmt, type(pipe), runner.reader.columns())
     total = reader.count() if options.progress else None
     crash = os.environ.get(CRASH_ENV)
-    sink = open_sink(options.output, job_identity(pipe, options, fmt), resume=options.resume,
-                     force=options.force, vector=pipe.task == "feature-extraction",
-                     crash_after=int(crash) if crash else None)
-    if sink is None:  # --resume on a finished output: nothing left to do
-        return Summary(str(options.output), None, None, 0, 0.0)
+    remote = None
+    if cluster is not None:  # joined before the sink exists: a cluster not found leaves nothing
+        from .ray_job import RayStream
+
+        remote = RayStream(cluster, pipe, runner, fmt, options)
+    try:
+        sink = open_sink(options.output, job_identity(pipe, options, fmt),
+                         resume=options.resume, force=options.force,
+                         vector=pipe.task == "feature-extraction",
+                         crash_after=int(crash) if crash else None)
+        if sink is None:  # --resume on a finished output: nothing left to do
+            return Summary(str(options.output), None, None, 0, 0.0)
+        return _run(reader, runner, sink, options, total, remote)
+    finally:
+        if remote is not None:
+            remote.close()
+
+
+def _run(reader, runner: ChunkRunner, sink, options: JobOptions, total: int | None,
+         remote) -> Summary:
     start = sink.commit.rows
     progress = Progress(total, options.output.name, initial=start, enabled=options.progress,
                         every=options.every, unit="row", rate=True)
@@ -125,7 +144,11 @@ def run_job(pipe: Pipeline, options: JobOptions) -> Summary:
     t0 = time.monotonic()
     done = False
     try:
-        _stream(chunks(reader.rows(start), options.chunk_size, start), runner, sink, progress)
+        if remote is None:
+            _stream(chunks(reader.rows(start), options.chunk_size, start), runner, sink,
+                    progress)
+        else:
+            remote.stream(start, sink, progress)
         sink.finish()
         done = True
     finally:

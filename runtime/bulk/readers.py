@@ -5,6 +5,9 @@ Every physical line (JSONL, text) or record (CSV, Parquet) is one row, numbered 
 blank line or an unreadable one is an error row in its place, never a silent skip. A format is
 named by `--input-format` or the file's extension; any other extension is sniffed as
 `runtime/io.py` does (a first line starting with `{` or `"` is JSONL, else text).
+
+`chunk_starts` finds where each chunk begins (a byte offset; Parquet: the row number) in one
+pass, so a chunk can be read alone — `rows(first, at)` — as a Ray read task does.
 """
 from __future__ import annotations
 
@@ -60,11 +63,26 @@ def chunks(rows: Iterator, size: int, start: int) -> Iterator[tuple[int, list]]:
         start += len(chunk)
 
 
+def _starts(positions: Iterator[tuple[int, object]], size: int, start: int) -> list:
+    """(row, position) of rows start, start + size, ... from every row's (row, position)."""
+    return [(n, at) for n, at in positions if n >= start and (n - start) % size == 0]
+
+
 class LineReader:
     """JSONL (each line a JSON value) or plain text (each line one text)."""
 
     def __init__(self, path: Path, as_json: bool):
         self.path, self.as_json = path, as_json
+
+    def chunk_starts(self, size: int, start: int = 0) -> list[tuple[int, int]]:
+        def positions():
+            at = 0
+            with open(self.path, "rb") as f:
+                for n, line in enumerate(f):
+                    yield n, at
+                    at += len(line)
+
+        return _starts(positions(), size, start)
 
     def count(self) -> int:
         """Lines, by counting newlines in 1 MB blocks (about a second per GB)."""
@@ -75,9 +93,14 @@ class LineReader:
                 last = block[-1:]
         return n + (last != b"\n")
 
-    def rows(self, skip: int = 0) -> Iterator:
+    def rows(self, skip: int = 0, at: int | None = None) -> Iterator:
+        """Rows from row `skip` on; `at`: the byte offset where row `skip` begins."""
         with open(self.path, "rb") as f:
-            for n, line in enumerate(f):
+            first = 0
+            if at is not None:
+                f.seek(at)
+                first = skip
+            for n, line in enumerate(f, first):
                 if n < skip:
                     continue
                 if n == 0 and line.startswith(_BOM):
@@ -100,6 +123,26 @@ class LineReader:
             return ReadError(f"the line is not valid JSON ({e.msg} at column {e.colno})")
 
 
+def _text_lines(f, at: int, where: list) -> Iterator[str]:
+    """The lines of binary file `f` from byte `at`, as text mode with newline="" gives them
+    (split at \n, \r\n or a lone \r, ends kept; UTF-8, a leading BOM dropped; a byte that
+    is not UTF-8 kept as a surrogate, found later in its row only). where[0]: the byte offset
+    after the last line given."""
+    f.seek(at)
+    where[0], rest = at, b""
+    while True:
+        block = f.read(1 << 16)
+        lines = (rest + block).splitlines(keepends=True)
+        # the last line may go on in the next block (a final \r may be half of a \r\n)
+        rest = lines.pop() if block and lines and not lines[-1].endswith(b"\n") else b""
+        for line in lines:
+            text = line[3:] if where[0] == 0 and line.startswith(_BOM) else line
+            where[0] += len(line)
+            yield text.decode("utf-8", "surrogateescape")
+        if not block:
+            return
+
+
 class CsvReader:
     """A header row, then one row per record; an empty cell is a missing value (CSV cannot
     tell them apart)."""
@@ -109,21 +152,20 @@ class CsvReader:
         # a review or an article can be longer than the csv module's 128 KiB field limit; the
         # limit is the process's, raised once, never lowered
         csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
-        with self._open() as f:
-            self.header = next(csv.reader(f), None) or []
+        self.data_at = 0  # byte offset of the first record after the header
+        for record, end in self._records(0):
+            self.header = record if isinstance(record, list) else []
+            self.data_at = end
+            break
+        else:
+            self.header = []
 
-    def _open(self):
-        # surrogateescape: a byte that is not UTF-8 spoils its row only (found in _raw)
-        return open(self.path, encoding="utf-8-sig", errors="surrogateescape", newline="")
-
-    def count(self) -> None:
-        return None  # quoted newlines: only a full parse knows the rows
-
-    def rows(self, skip: int = 0) -> Iterator:
-        with self._open() as f:
-            records = csv.reader(f)
-            next(records, None)
-            n = 0
+    def _records(self, at: int) -> Iterator[tuple[list | ReadError, int]]:
+        """(record, byte offset after it) from byte `at` on."""
+        where = [at]
+        with open(self.path, "rb") as f:
+            # csv pulls one line at a time, so `where` is the end of the record it returns
+            records = csv.reader(_text_lines(f, at, where))
             while True:
                 try:
                     record = next(records)
@@ -131,9 +173,27 @@ class CsvReader:
                     return
                 except csv.Error as e:
                     record = ReadError(f"the CSV record cannot be read ({e})")
-                if n >= skip:
-                    yield self._raw(record)
-                n += 1
+                yield record, where[0]
+
+    def count(self) -> None:
+        return None  # quoted newlines: only a full parse knows the rows
+
+    def chunk_starts(self, size: int, start: int = 0) -> list[tuple[int, int]]:
+        def positions():
+            at = self.data_at
+            for n, (_, end) in enumerate(self._records(self.data_at)):
+                yield n, at
+                at = end
+
+        return _starts(positions(), size, start)
+
+    def rows(self, skip: int = 0, at: int | None = None) -> Iterator:
+        """Rows from row `skip` on; `at`: the byte offset where row `skip` begins."""
+        first = 0 if at is None else skip
+        for n, (record, _) in enumerate(self._records(self.data_at if at is None else at),
+                                        first):
+            if n >= skip:
+                yield self._raw(record)
 
     def _raw(self, record):
         if isinstance(record, ReadError):
@@ -166,7 +226,10 @@ class ParquetReader:
     def count(self) -> int:
         return self.file.metadata.num_rows
 
-    def rows(self, skip: int = 0) -> Iterator:
+    def chunk_starts(self, size: int, start: int = 0) -> list[tuple[int, None]]:
+        return [(n, None) for n in range(start, self.count(), size)]  # rows() skips groups
+
+    def rows(self, skip: int = 0, at: None = None) -> Iterator:
         meta = self.file.metadata
         group, before = 0, 0  # whole row groups before `skip` are not read at all
         while group < meta.num_row_groups and before + meta.row_group(group).num_rows <= skip:

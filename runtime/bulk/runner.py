@@ -31,6 +31,14 @@ class RowFailed(InputError):
     exit_code = 1
 
 
+def fail_on_error(numbers, out: list[dict]) -> None:
+    """--on-error fail: RowFailed for the first error row among `out` (rows `numbers`)."""
+    for number, o in zip(numbers, out):
+        if "error" in o:
+            raise RowFailed(f"row {number} (id {o['id']!r}): {o['error']}; "
+                            "--on-error row writes it as an error row and goes on")
+
+
 @dataclass
 class ChunkRunner:
     pipeline: Pipeline
@@ -59,10 +67,7 @@ class ChunkRunner:
                 out[i] = {"id": r.id, "error": r.error}
         self._run([rows[i] for i in good], good, out)
         if self.on_error == "fail":
-            for r, o in zip(rows, out):
-                if "error" in o:
-                    raise RowFailed(f"row {r.number} (id {r.id!r}): {o['error']}; "
-                                    "--on-error row writes it as an error row and goes on")
+            fail_on_error([r.number for r in rows], out)
         return out
 
     def _run(self, rows: list[Row], where: list[int], out: list) -> None:

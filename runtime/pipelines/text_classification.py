@@ -23,6 +23,9 @@ class _Legacy:
     def __repr__(self) -> str:
         return "<best label only>"
 
+    def __reduce__(self):  # unpickled (a Ray actor's parameters) as the one LEGACY, not a copy
+        return "LEGACY"
+
 
 LEGACY = _Legacy()  # top_k not given: transformers' pre-top_k output shape
 _TOP_K = integer(1)

@@ -4,6 +4,7 @@ byte for byte; refusals; peak memory flat in the file's size; torch-free."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import subprocess
@@ -246,6 +247,39 @@ def test_bad_rows_become_error_rows_and_the_rest_still_run(capsys, tiny_export, 
     assert not (tmp_path / "fail.jsonl").exists()
 
 
+def test_a_chunk_read_alone_from_its_start_equals_the_whole_read(tmp_path):
+    """chunk_starts + rows(first, at), as a Ray read task reads one chunk, give exactly the
+    rows a whole read gives there — BOM, blank and non-UTF-8 lines, CSV quoted newlines, lone
+    \r and \r\n line ends, bad records, Parquet row groups."""
+    from bertonnx.runtime.bulk.readers import open_reader
+    from bertonnx.runtime.pipelines import TextClassificationPipeline as P
+
+    files = {
+        "jsonl": b'\xef\xbb\xbf{"text": "a"}\n\n{"text": "b"}\r\nnot json\n\xff\n"c"\n[1]\n{"text": "d"}',
+        "text": b"one\ntwo\r\n\nfour\n\xfe five\nsix\nseven\neight\n",
+        "csv": (b'\xef\xbb\xbfid,text\r\n1,"a\r\nb"\r2,c\r\n3,"x,y"\n4\n5,caf\xe9\n'
+                b'6,"q""r"\r\n7,s\r8,t'),
+    }
+    columns = {"id": "id", "text": "text", "text_pair": "text_pair"}
+    for fmt, data in files.items():
+        path = tmp_path / f"in.{fmt}"
+        path.write_bytes(data)
+        whole = list(open_reader(path, fmt, P, columns).rows())
+        assert len(whole) >= 8, (fmt, whole)
+        for start in (0, 1, 2):
+            starts = open_reader(path, fmt, P, columns).chunk_starts(3, start)
+            assert [n for n, _ in starts] == list(range(start, len(whole), 3)), fmt
+            for n, at in starts:
+                part = list(itertools.islice(open_reader(path, fmt, P, columns).rows(n, at), 3))
+                assert part == whole[n:n + 3], (fmt, n, at)
+    path = write_input(tmp_path / "in.parquet", "parquet", [{"text": f"t{i}"} for i in range(7)])
+    whole = list(open_reader(path, "parquet", P, columns).rows())
+    starts = open_reader(path, "parquet", P, columns).chunk_starts(3, 1)
+    assert [n for n, _ in starts] == [1, 4]
+    assert [list(itertools.islice(open_reader(path, "parquet", P, columns).rows(n, at), 3))
+            for n, at in starts] == [whole[1:4], whole[4:7]]
+
+
 def test_csv_problems_are_error_rows(capsys, tiny_export, tmp_path):
     src = tmp_path / "in.csv"
     src.write_bytes(b"id,text,text_pair\r\na,the cat,\r\nb,\"a dog\r\nran\",the river\r\n"
@@ -272,6 +306,7 @@ def test_refusals_are_one_line(capsys, tiny_export, tmp_path):
         ([], "exists — pass --force"),
         (["--targets", "cat"], "--targets is not an option of classify"),
         (["--top-k", "0"], "--top-k must be a positive integer"),
+        (["--actors", "2"], "--actors is an option of --ray"),
         (["--field", "txt=a"], "names no field of text-classification"),
         (["--resume", "--force"], "contradict"),
     ]:
