@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import pickle
-import socket
 import sys
 import time
 import warnings
@@ -40,6 +39,7 @@ import pyarrow as pa
 from ..errors import BertOnnxError, ConfigError, InputError
 from ..pipelines import Pipeline
 from ..progress import Progress
+from ..raycluster import join
 from .ray import chunk_runner, ray_module, ship
 from .readers import open_reader
 from .runner import ChunkRunner, fail_on_error
@@ -146,19 +146,6 @@ def _chain(e: BaseException):
     return seen
 
 
-def _check_reachable(address: str) -> None:
-    """A host:port with nothing listening is one line at once (ray.init would retry for
-    minutes); "auto" and other forms are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or "/" in address:
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=10).close()
-    except OSError as e:
-        raise ConfigError(f"cannot reach a Ray cluster at {address} ({e.strerror or e})",
-                          "start one with `ray start --head`, or pass its address") from e
-
-
 def _lost(e: BaseException) -> bool:
     """Work lost with a node or a process (worth a new attempt), not a failure of the job's."""
     x = ray.exceptions
@@ -190,17 +177,7 @@ class RayStream:
     def _join(self) -> None:
         cluster, pipe = self.cluster, self.pipe
         if self.owned:
-            if cluster.address.startswith("ray://"):
-                raise ConfigError("--ray takes a cluster's address (host:port) or auto, not a "
-                                  "Ray Client address", "run bertonnx on a node of the cluster")
-            _check_reachable(cluster.address)
-            try:
-                ray.init(address=cluster.address, logging_level=logging.WARNING,
-                              log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                raise ConfigError(f"cannot join the Ray cluster at {cluster.address} ({e})",
-                                  "start one with `ray start --head`, or pass its address "
-                                  "(the driver must run on one of its nodes)") from e
+            join(cluster.address)
         self.folder = ship(pipe.folder.path)
         self.cpus = pipe.session.config.threads or 1  # onnxruntime threads and CPUs per actor
         total = int(ray.cluster_resources().get("CPU", 1))

@@ -42,6 +42,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ..defaults import resolve_export
 from ..errors import ArtifactError, InputError
 from ..foreign import read_manifest
+from ..raycluster import join
 from .app import create_app
 from .protocol import error_body
 from .relay import HttpRequest, HttpResponse, Lifespan, exchange
@@ -217,13 +218,7 @@ def serve_on_ray(model_dir, options: ServeOptions, ray_options: RayOptions, *,
     port = options.port or _free_port(options.host)
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        ray.init(address=ray_options.address, logging_level=logging.WARNING,
-                 log_to_driver=False)
-    except (ConnectionError, ValueError, RuntimeError) as e:
-        raise InputError(f"cannot join the Ray cluster at {ray_options.address!r} ({e})",
-                         "start one with `ray start --head`, or pass its address to "
-                         "--ray") from None
+    join(ray_options.address)
     try:
         return _serve(model_dir, manifest.task, port, options, ray_options, announce)
     finally:

@@ -1,4 +1,4 @@
-"""Issue 17's server items against a live `bertonnx serve` on 127.0.0.1 (live_server.py).
+"""Issue 17's server items against a live `bertonnx serve` on 127.0.0.1 (tests/live_server.py).
 
 Nothing here asserts a duration or races a sleep. Where a test needs requests to be *queued*
 at a moment, it makes that true by construction and waits for /metrics to show it:
@@ -31,7 +31,7 @@ from bertonnx.runtime.server.settings import Limits, ServeOptions, Timeouts, fla
 from tests.conftest import EMB, FM, NER, QA, make_checkpoint
 from tests.runtime._compare import assert_same
 
-from .live_server import GUARD_S, LiveServer, Raw, serve_argv
+from tests.live_server import GUARD_S, LiveServer, Raw, serve_argv
 
 # -- servers ---------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ STORE = 80 << 20  # object store per node (Ray's minimum is 75 MiB): the tests m
 # for every process of the cluster and its drivers: with RAY_AUTH_MODE unset, Ray turns token
 # auth on whenever ~/.ray/auth_token exists (another cluster's), for some processes and not
 # others; a cluster the test owns alone on 127.0.0.1 goes without
-ENV = {"RAY_AUTH_MODE": "disabled"}
+ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -93,14 +93,19 @@ class LocalCluster:
                                + (self.root / f"{name}.log").read_text()[-3000:])
 
     def start_head(self, cpus: int, env: dict | None = None) -> str:
-        gcs, dashboard = _free_ports(2)
+        gcs, dashboard, client = _free_ports(3)
         self._start("head", ["--head", "--port", str(gcs), "--include-dashboard", "false",
-                             "--dashboard-port", str(dashboard)], cpus, env)
+                             "--dashboard-port", str(dashboard),
+                             "--ray-client-server-port", str(client)], cpus, env)
         self.address = f"127.0.0.1:{gcs}"
         return self.address
 
     def add_worker(self, name: str, cpus: int, env: dict | None = None) -> None:
         self._start(name, ["--address", self.address], cpus, env)
+
+    def pids(self, name: str = "head") -> list[int]:
+        """The processes of node `name`: its daemons and every worker its raylet started."""
+        return _members(self.groups[name])
 
     def kill(self, name: str) -> None:
         group = self.groups.pop(name)

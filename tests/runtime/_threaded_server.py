@@ -1,7 +1,7 @@
 """The server app on uvicorn in a thread of the test process, on a free loopback port: a real
 HTTP server for client libraries, serving a pipeline the session already loaded (`ours`), so
 a test can reach several tasks without starting a process and loading a model for each.
-test_server.py's ServerProcess runs `bertonnx serve` itself; this one skips only the CLI."""
+tests/live_server.py's LiveServer runs `bertonnx serve` itself; this one skips only the CLI."""
 from __future__ import annotations
 
 import threading

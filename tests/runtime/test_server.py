@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 from bertonnx.runtime import load
 
 from tests.conftest import TASK_NAMES
+from tests.live_server import LiveServer
 
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
          "feature-extraction")
@@ -77,75 +77,7 @@ def pipelines(ours):
     return {task: ours(task) for task in TASK_NAMES}
 
 
-# -- a server in a subprocess ----------------------------------------------------------------
-
-_ANNOUNCE = re.compile(r"on http://([\d.]+):(\d+)")
-
-
-class ServerProcess:
-    """`bertonnx serve DIR --port 0 ...` in a subprocess; the announced port; stderr kept."""
-
-    def __init__(self, export_dir: Path, *args: str, ready_timeout: float = 90.0):
-        cmd = [sys.executable, "-m", "bertonnx.runtime.cli", "serve", str(export_dir),
-               "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.lines: list[str] = []
-        self._announced = threading.Event()
-        self.host = self.port = None
-        threading.Thread(target=self._drain, daemon=True).start()
-        if not self._announced.wait(ready_timeout):
-            self.kill()
-            raise AssertionError("server did not announce its address:\n" + self.log)
-        self.url = f"http://{self.host}:{self.port}"
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited {self.proc.returncode}:\n{self.log}")
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        self.kill()
-        raise AssertionError("server never became healthy:\n" + self.log)
-
-    def _drain(self):
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            m = _ANNOUNCE.search(line)
-            if m and not self._announced.is_set():
-                self.host, self.port = m.group(1), int(m.group(2))
-                self._announced.set()
-
-    @property
-    def log(self) -> str:
-        return "".join(self.lines)
-
-    def terminate(self, timeout: float = 60) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def metrics(self) -> dict[str, float]:
-        text = httpx.get(self.url + "/metrics", timeout=10).text
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
+# -- requests and answers (the server: tests/live_server.py) --------------------------------
 
 
 def post(url: str, body, **kw) -> httpx.Response:
@@ -188,7 +120,7 @@ def test_answers_equal_the_library(tiny_export, pipelines, task):
     """One at a time: identical JSON. 16 concurrent clients: all 200, merged into batches,
     each answer equal to the library's for its own request."""
     pipe = pipelines[task]
-    with ServerProcess(tiny_export(task), "--max-wait-ms", "200") as server:
+    with LiveServer.serve(tiny_export(task), "--max-wait-ms", "200") as server:
         health = httpx.get(server.url + "/health").json()
         assert health == {"status": "ok", "task": task}
         for inputs, params in CASES[task]:
@@ -304,7 +236,7 @@ def load_test(export_dir: Path, pipe, *, n: int, clients: int, rounds: int = 2, 
             else:
                 assert_close(answers[i], w, BATCHED_ATOL)
 
-    with ServerProcess(export_dir, *args) as server:
+    with LiveServer.serve(export_dir, *args) as server:
         post(server.url, {"inputs": texts[0]})   # warm-up
         for _ in range(rounds):
             for name, n_clients in (("sequential", 1), ("concurrent", clients)):
@@ -363,7 +295,7 @@ MALFORMED = [
 
 
 def test_malformed_requests_get_4xx_json(tiny_export):
-    with ServerProcess(tiny_export("text-classification"), "--max-body-bytes", "2048") as server:
+    with LiveServer.serve(tiny_export("text-classification"), "--max-body-bytes", "2048") as server:
         for body, status, message in MALFORMED:
             r = httpx.post(server.url + "/predict", content=body, timeout=30,
                            headers={"content-type": "application/json"})
@@ -399,7 +331,7 @@ def test_sigterm_drains_in_flight_requests(tiny_export, pipelines):
     pipe = pipelines["fill-mask"]
     texts = [f"the [MASK] sat on the {w} ." for w in ("mat", "house", "river", "city", "dog",
                                                       "film", "game", "team", "water")]
-    with ServerProcess(tiny_export("fill-mask"), "--max-wait-ms", "3000") as server:
+    with LiveServer.serve(tiny_export("fill-mask"), "--max-wait-ms", "3000") as server:
         slow = socket.create_connection((server.host, server.port))
         body = json.dumps({"inputs": texts[8]}).encode()
         slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -444,7 +376,7 @@ def test_sigterm_drains_in_flight_requests(tiny_export, pipelines):
 
 
 def test_binds_loopback_by_default(tiny_export):
-    with ServerProcess(tiny_export("feature-extraction")) as server:
+    with LiveServer.serve(tiny_export("feature-extraction")) as server:
         assert server.host == "127.0.0.1"
         assert server.terminate() == 0
 
@@ -457,7 +389,7 @@ def test_cli_errors_are_one_line(tmp_path, tiny_export):
 
     code, err = run(str(tmp_path / "missing"))
     assert code != 0 and err.count("\n") == 1 and "does not exist" in err, err
-    with ServerProcess(tiny_export("fill-mask")) as server:
+    with LiveServer.serve(tiny_export("fill-mask")) as server:
         code, err = run(str(tiny_export("fill-mask")), "--port", str(server.port))
         assert code != 0 and err.count("\n") == 1 and "cannot listen" in err, err
         assert server.terminate() == 0

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.runtime._threaded_server import threaded_server
-from tests.runtime.test_server import ServerProcess
+from tests.live_server import LiveServer
 
 openai = pytest.importorskip("openai")
 
@@ -33,7 +33,7 @@ def pipe(ours):
 
 @pytest.fixture(scope="module")
 def server(tiny_export):
-    with ServerProcess(tiny_export("feature-extraction"), "--name", NAME, "--max-wait-ms", "200",
+    with LiveServer.serve(tiny_export("feature-extraction"), "--name", NAME, "--max-wait-ms", "200",
                        "--max-inputs", str(MAX_INPUTS)) as s:
         yield s
         assert s.terminate() == 0, s.log

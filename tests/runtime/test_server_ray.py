@@ -1,9 +1,9 @@
 """`bertonnx serve DIR --ray ADDRESS`: the server app as a Ray Serve deployment.
 
-The cluster test starts its own one-node Ray cluster (`ray start --head --block` on 127.0.0.1,
-every port its own, a small object store) and stops it in a finalizer whatever happens: the
-`ray start` process gets SIGTERM, then whatever is left in its session is killed by pid —
-never `ray stop`, which would stop every cluster on the machine. The in-process tests (the
+The cluster tests start their own one-node Ray cluster (tests/runtime/_ray_cluster.py: `ray
+start --head` on 127.0.0.1, every port its own, a small object store) and stop it in a
+finalizer whatever happens: its own processes are killed by pid — never `ray stop`, which
+would stop every cluster on the machine. The in-process tests (the
 ingress's retries, the relay, the flags) need no cluster; the extra's absence needs no ray.
 """
 from __future__ import annotations
@@ -25,11 +25,14 @@ import httpx
 import pytest
 
 from bertonnx.runtime.cli import main
-from bertonnx.runtime.errors import ArtifactError, InputError
+from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError
+from bertonnx.runtime.raycluster import join
 from bertonnx.runtime.server import RayOptions, ServeOptions, create_app
 from bertonnx.runtime.server.relay import HttpRequest, HttpResponse, Lifespan, exchange
 
-from tests.runtime.test_server import BATCHED_ATOL, ServerProcess, assert_close, jsonable
+from tests.live_server import LiveServer
+from tests.runtime._ray_cluster import ENV, LocalCluster
+from tests.runtime.test_server import BATCHED_ATOL, assert_close, jsonable
 from tests.runtime.test_server_app import EchoPipeline
 
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
@@ -42,30 +45,6 @@ TEXTS = ["happy music", "the dog ran to the river", "sad film", "paris is a city
 # -- a cluster of our own ----------------------------------------------------------------------
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Processes of session `sid` (ray start's, with every daemon and worker it spawned)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != sid:
-            try:
-                if os.getsid(int(entry)) == sid:
-                    pids.append(int(entry))
-            except ProcessLookupError:
-                pass
-    return pids
-
-
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -73,79 +52,29 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def _alive(pid: int) -> bool:
-    """Running, and not a zombie of ours waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+def _replica_pids(cluster: LocalCluster) -> set[int]:
+    return {pid for pid in cluster.pids()
+            if _cmdline(pid).startswith(b"ray::ServeReplica:bertonnx:model")}
 
 
-class RayCluster:
-    """`ray start --head --block` in a new session; `stop()` ends that session's processes."""
-
-    def __init__(self, root: Path):
-        ray = Path(sys.executable).with_name("ray")
-        ports = _free_ports(40)
-        self.address = f"127.0.0.1:{ports[0]}"
-        self.log = root / "ray-start.log"
-        cmd = [str(ray), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-               "--port", str(ports[0]), "--object-manager-port", str(ports[1]),
-               "--node-manager-port", str(ports[2]), "--ray-client-server-port", str(ports[3]),
-               "--dashboard-agent-listen-port", str(ports[4]),
-               "--dashboard-agent-grpc-port", str(ports[5]),
-               "--runtime-env-agent-port", str(ports[6]), "--metrics-export-port", str(ports[7]),
-               "--worker-port-list", ",".join(map(str, ports[8:])),
-               "--include-dashboard", "false", "--disable-usage-stats",
-               # 4 logical CPUs: 2 replicas and a replacement fit while the killed one goes
-               "--num-cpus", "4", "--object-store-memory", str(80 << 20),
-               "--temp-dir", str(root / "ray")]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        self.sid = self.proc.pid
-
-    def serve_status(self, until_running: int, timeout: float = 90) -> dict:
-        """Serve's replica states of the app's model deployment, polled (bounded) until
-        `until_running` replicas run."""
-        code = ("import json, sys, time, ray; from ray import serve\n"
-                f"ray.init(address={self.address!r}, logging_level='ERROR')\n"
-                f"deadline = time.monotonic() + {timeout}\n"
-                "while True:\n"
-                "    app = serve.status().applications.get('bertonnx')\n"
-                "    states = dict(app.deployments['model'].replica_states) if app else {}\n"
-                f"    if states.get('RUNNING', 0) == {until_running} and len(states) <= 1 \\\n"
-                "            or time.monotonic() > deadline:\n"
-                "        break\n"
-                "    time.sleep(0.5)\n"
-                "print(json.dumps({str(k): v for k, v in states.items()}))\n")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=timeout + 60)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    def replica_pids(self) -> set[int]:
-        return {pid for pid in _session_pids(self.sid)
-                if _cmdline(pid).startswith(b"ray::ServeReplica:bertonnx:model")}
-
-    def stop(self) -> None:
-        """SIGTERM to every process of the cluster's session at once (ray start's own
-        shutdown stops them one after another, slowly), SIGKILL to any left 5 s later."""
-        pids = [self.sid, *_session_pids(self.sid)] if self.proc.poll() is None else \
-            _session_pids(self.sid)
-        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline:
-                pids = [p for p in pids if _alive(p)]
-                if not pids:
-                    break
-                time.sleep(0.1)
-        self.proc.wait(10)
+def _serve_status(cluster: LocalCluster, until_running: int, timeout: float = 90) -> dict:
+    """Serve's replica states of the app's model deployment, polled (bounded) until
+    `until_running` replicas run."""
+    code = ("import json, sys, time, ray; from ray import serve\n"
+            f"ray.init(address={cluster.address!r}, logging_level='ERROR')\n"
+            f"deadline = time.monotonic() + {timeout}\n"
+            "while True:\n"
+            "    app = serve.status().applications.get('bertonnx')\n"
+            "    states = dict(app.deployments['model'].replica_states) if app else {}\n"
+            f"    if states.get('RUNNING', 0) == {until_running} and len(states) <= 1 \\\n"
+            "            or time.monotonic() > deadline:\n"
+            "        break\n"
+            "    time.sleep(0.5)\n"
+            "print(json.dumps({str(k): v for k, v in states.items()}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=timeout + 60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -153,13 +82,13 @@ def cluster(tmp_path_factory):
     # a short root: Ray's unix socket paths must fit in 107 bytes
     root = Path(tmp_path_factory.mktemp("rc", numbered=True))
     with pytest.MonkeyPatch.context() as env:
-        # Ray turns token auth on when ~/.ray/auth_token exists, a file any other cluster on
-        # the machine may write or replace; this cluster and its clients (the server under
-        # test, the status probe) inherit this environment and do without
-        env.setenv("RAY_AUTH_MODE", "disabled")
-        env.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        c = RayCluster(root)
+        # this cluster's clients (the server under test, the status probe) inherit ENV too
+        for k, v in ENV.items():
+            env.setenv(k, v)
+        c = LocalCluster(root)
         try:
+            # 4 logical CPUs: 2 replicas and a replacement fit while the killed one goes
+            c.start_head(cpus=4)
             yield c
         finally:
             c.stop()
@@ -178,7 +107,7 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
     back. 64 texts in parts of 4 keep each request inside a replica for most of its life, so
     the kill finds requests there (the ones the ingress re-sends)."""
     pipe = ours("text-classification")
-    with ServerProcess(tiny_export("text-classification"), "--ray", cluster.address,
+    with LiveServer.serve(tiny_export("text-classification"), "--ray", cluster.address,
                        "--replicas", "2", "--max-batch-size", "4",
                        ready_timeout=120) as server:
         # every route of the app, through the ingress
@@ -198,7 +127,7 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
         assert httpx.get(server.url + "/nope", timeout=30).status_code == 404
         assert "bertonnx_model_ready 1" in httpx.get(server.url + "/metrics", timeout=30).text
 
-        before = cluster.replica_pids()
+        before = _replica_pids(cluster)
         assert len(before) == 2
         n, clients, kill_at = 200, 8, 60
         load = {i: (TEXTS[i:] + TEXTS[:i]) * 8 for i in range(8)}
@@ -244,11 +173,11 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
 
         # Serve replaced the killed replica: a new replica process, then two running
         deadline = time.monotonic() + 90
-        while not cluster.replica_pids() - before and time.monotonic() < deadline:
+        while not _replica_pids(cluster) - before and time.monotonic() < deadline:
             time.sleep(0.2)
-        after = cluster.replica_pids()
+        after = _replica_pids(cluster)
         assert killed[0] not in after and len(after - before) == 1, (before, after)
-        assert cluster.serve_status(until_running=2) == {"RUNNING": 2}
+        assert _serve_status(cluster, until_running=2) == {"RUNNING": 2}
         for inputs in TEXTS:
             r = httpx.post(server.url + "/predict", json={"inputs": inputs}, timeout=30)
             assert r.status_code == 200 and r.json() == jsonable(pipe(inputs))
@@ -271,7 +200,7 @@ def test_replicas_that_fit_nowhere_are_one_line_not_a_wait(cluster, tiny_export)
     assert last.startswith("bertonnx: error: the model replicas did not start within 3 s "
                            "(--deploy-timeout-s): 1 × 64 CPUs asked (--replica-cpus), the "
                            "cluster has 4"), out.stderr[-3000:]
-    assert cluster.serve_status(until_running=0, timeout=1) == {}
+    assert _serve_status(cluster, until_running=0, timeout=1) == {}
 
 
 class _Handle:
@@ -406,6 +335,22 @@ def test_ray_without_the_extra_is_one_line(monkeypatch, capsys, tiny_export):
     err = capsys.readouterr().err
     assert err == ("bertonnx: error: --ray needs the ray extra — pip install "
                    "'bertonnx[ray]'\n")
+
+
+@needs_ray
+def test_an_address_with_nothing_listening_is_one_line_at_once(capsys, tiny_export):
+    with socket.socket() as s:  # a port with nothing listening on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["serve", str(tiny_export("text-classification")), "--ray",
+                 f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot reach a Ray cluster at 127.0.0.1:{port}" in err
+
+
+def test_a_ray_client_address_is_refused():
+    with pytest.raises(ConfigError, match="--ray takes a cluster's address .* not a Ray Client"):
+        join("ray://127.0.0.1:10001")
 
 
 @pytest.mark.parametrize("args,message", [

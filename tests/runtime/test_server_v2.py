@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from tests.runtime._threaded_server import threaded_server
-from tests.runtime.test_server import ServerProcess, jsonable
+from tests.live_server import LiveServer
+from tests.runtime.test_server import jsonable
 
 triton = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -28,7 +29,7 @@ CONTEXT = ("the cat sat on the mat . the dog ran to the river in paris . "
 
 @pytest.fixture(scope="module")
 def server(tiny_export):
-    with ServerProcess(tiny_export("text-classification"), "--name", NAME,
+    with LiveServer.serve(tiny_export("text-classification"), "--name", NAME,
                        "--max-inputs", str(MAX_INPUTS)) as s:
         yield s
         assert s.terminate() == 0, s.log

@@ -1,9 +1,10 @@
-"""A live `bertonnx serve` for the reliability tests, and a raw HTTP/1.1 client that can
-misbehave (stop half-way through a request, hang up, keep a connection idle).
+"""A live `bertonnx serve` for the server and reliability tests, and a raw HTTP/1.1 client
+that can misbehave (stop half-way through a request, hang up, keep a connection idle).
 
 `LiveServer(argv)` starts `python -m bertonnx.runtime.cli serve DIR --port 0 ...` (or any
-argv that ends up there) on 127.0.0.1, waits for /health, and reads its /metrics, RSS and
-open descriptors from /proc. `Raw(server)` is one socket: `send_head` / `send` /
+argv that ends up there; `LiveServer.serve(DIR, *flags)` builds that argv) on 127.0.0.1,
+waits for its announced address and /health (failing at once if it exits), and reads its
+/metrics, RSS and open descriptors from /proc. `Raw(server)` is one socket: `send_head` / `send` /
 `response()`; every read has a socket timeout, a guard against a hung test, never a figure.
 """
 from __future__ import annotations
@@ -32,6 +33,10 @@ def serve_argv(export_dir, *flags) -> list[str]:
 class LiveServer:
     """The server process; `url`, `host`, `port`; stderr kept in `log`."""
 
+    @classmethod
+    def serve(cls, export_dir, *flags, ready_timeout: float = 90.0) -> "LiveServer":
+        return cls(serve_argv(export_dir, *flags), ready_timeout=ready_timeout)
+
     def __init__(self, argv: list[str], ready_timeout: float = 90.0):
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -40,7 +45,9 @@ class LiveServer:
         self.host = self.port = None
         threading.Thread(target=self._read_log, daemon=True).start()
         try:
-            assert self._announced.wait(ready_timeout), "no address announced:\n" + self.log
+            self._announced.wait(ready_timeout)
+            assert self.port is not None, (
+                f"no address announced (exit status {self.proc.poll()}):\n{self.log}")
             self.url = f"http://{self.host}:{self.port}"
             self.until(lambda: self._healthy(), "the server never became healthy",
                        timeout=ready_timeout)
@@ -55,6 +62,7 @@ class LiveServer:
             if m and not self._announced.is_set():
                 self.host, self.port = m.group(1), int(m.group(2))
                 self._announced.set()
+        self._announced.set()  # stderr closed: the process ended, nothing more will come
 
     def _healthy(self) -> bool:
         assert self.proc.poll() is None, f"server exited {self.proc.returncode}:\n{self.log}"
@@ -72,9 +80,15 @@ class LiveServer:
             self.proc.kill()
             self.proc.wait(10)
 
-    def terminate(self) -> int:
+    def terminate(self, timeout: float = GUARD_S) -> int:
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(GUARD_S)
+        return self.proc.wait(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
 
     # -- what the server says about itself ------------------------------------------------
 
