@@ -26,7 +26,6 @@ import itertools
 import json
 import logging
 import os
-import pickle
 import sys
 import time
 import warnings
@@ -42,6 +41,7 @@ from ..progress import Progress
 from ..raycluster import join
 from .ray import chunk_runner, ray_module, ship
 from .readers import open_reader
+from .rows import ReadError, RowReader
 from .runner import ChunkRunner, fail_on_error
 
 ray = ray_module()  # one line naming the extra when ray is missing (this module needs it)
@@ -78,7 +78,7 @@ class RayOptions:
 class FileRows(Datasource):
     """The input file's rows from `start` on: one read task per chunk of `size` rows, each
     reading its chunk alone (from its byte offset, `chunk_starts`) with the job's readers
-    into one block {row: int64, raw: pickled raw row}, on the driver's node only."""
+    into one block {row: int64, raw: the raw row as JSON text}, on the driver's node only."""
 
     def __init__(self, path: Path, fmt: str, pipeline: type, columns: dict, start: int,
                  size: int):
@@ -105,9 +105,30 @@ def _read_chunk(path: Path, fmt: str, pipeline: type, columns: dict, first: int,
                 size: int) -> list[pa.Table]:
     reader = open_reader(path, fmt, pipeline, columns)
     raws = list(itertools.islice(reader.rows(first, at), size))
+    rows = RowReader(pipeline, columns)
     return [pa.table({"row": pa.array(range(first, first + len(raws)), pa.int64()),
-                      "raw": pa.array([pickle.dumps(r, protocol=5) for r in raws],
-                                      pa.binary())})]
+                      "raw": pa.array([_raw_text(rows, r, first + i) for i, r in enumerate(raws)],
+                                      pa.string())})]
+
+
+# Rows and results cross to the actors and back as JSON text, never pickles: the runtime
+# unpickles nothing (tests/reliability/test_artifacts.py). Floats survive JSON exactly.
+def _raw_text(rows: RowReader, raw, number: int) -> str:
+    """A raw row as JSON: ["raw", value], or ["error", message] for a row the reader could
+    not read or holding a value JSON cannot carry (a Parquet date, bytes: no valid id or
+    text is one, so the row reader names it)."""
+    if not isinstance(raw, ReadError):
+        try:
+            return json.dumps(["raw", raw])
+        except (TypeError, ValueError) as e:
+            raw = ReadError(rows.row(raw, number).error or f"the row holds a value that is "
+                                                          f"neither text nor a number ({e})")
+    return json.dumps(["error", raw.message])
+
+
+def _raw_value(text: str):
+    kind, value = json.loads(text)
+    return ReadError(value) if kind == "error" else value
 
 
 class _JobWorker:
@@ -129,11 +150,10 @@ class _JobWorker:
         if self.failed is not None:
             raise self.failed
         numbers = batch.column("row").to_pylist()
-        raws = [pickle.loads(b) for b in batch.column("raw").to_pylist()]
+        raws = [_raw_value(t) for t in batch.column("raw").to_pylist()]
         out = self.runner.run([self.runner.reader.row(r, n) for r, n in zip(raws, numbers)])
         return pa.table({"row": batch.column("row"),
-                         "out": pa.array([pickle.dumps(o, protocol=5) for o in out],
-                                         pa.binary()),
+                         "out": pa.array([json.dumps(o) for o in out], pa.string()),
                          "node": pa.array([self.node] * len(out), pa.string())})
 
 
@@ -265,7 +285,7 @@ class RayStream:
                 raise RuntimeError(f"Ray returned rows {rows[0]}..{rows[-1]} where row "
                                    f"{expected} was due")  # never, with preserve_order
             expected += len(rows)
-            pending.extend(zip((pickle.loads(b) for b in batch.column("out").to_pylist()),
+            pending.extend(zip((json.loads(t) for t in batch.column("out").to_pylist()),
                                batch.column("node").to_pylist()))
             while len(pending) >= size:
                 self._commit(sink, progress, pending[:size], fail)

@@ -140,6 +140,25 @@ def test_predictor_gives_vectors_for_embeddings(tiny_export, ours):
     assert np.array_equal(np.asarray(vec, dtype=np.float32), want)  # float32, exactly
 
 
+def test_rows_cross_to_the_actors_as_json_text():
+    """No pickles (the runtime unpickles nothing): raw rows go as JSON text, a value JSON
+    cannot carry becomes the error row the local job writes for it."""
+    import datetime
+
+    from bertonnx.runtime.bulk.ray_job import _raw_text, _raw_value
+    from bertonnx.runtime.bulk.rows import ReadError, RowReader
+    from bertonnx.runtime.pipelines import PIPELINES
+
+    rows = RowReader(PIPELINES[CLS], {})
+    for raw in ("a line \udcff", {"id": 7, "text": "x", "n": float("nan")}, [1, "a"],
+                ReadError("the line is not valid JSON")):
+        back = _raw_value(_raw_text(rows, raw, 3))
+        assert json.dumps(back) == json.dumps(raw) if not isinstance(raw, ReadError) else back == raw
+    dated = {"id": datetime.date(2026, 1, 2), "text": "a review"}  # a Parquet date32 id
+    back = _raw_value(_raw_text(rows, dated, 3))
+    assert back == ReadError(rows.row(dated, 3).error) and "the id must be" in back.message
+
+
 def test_missing_ray_is_one_line(tiny_export, tmp_path):
     src = write_input(tmp_path / "in.jsonl", "jsonl", [{"text": "the cat"}])
     code = ("import sys; sys.modules['ray'] = None\n"
