@@ -31,6 +31,7 @@ class Engine:
     e2e: Callable[[list], list] | None = None
     forward: Callable[[dict], object] | None = None
     model_name: str = ""     # row name in the model-only tables (default: name)
+    precision: str = "fp32"  # which peak its GFLOP/s are read against: fp32 | int8 | fp16
     facts: dict = field(default_factory=dict)  # what it set process-wide, for the machine facts
 
     @property
@@ -62,11 +63,13 @@ def onnx_engine(name: str, folder: Path, threads: int) -> Engine:
     pipe = load(folder, threads=threads)
     task = pipe.task
     session = pipe.session
+    mode = pipe.folder.manifest.quantization.get("mode", "none")
 
     def e2e(inputs):  # task_inputs' shapes are ones the pipeline reads (read_inputs)
         return top_labels(task, pipe(inputs))
 
-    return Engine(name, e2e=e2e, forward=lambda feeds: session.run(feeds))
+    return Engine(name, e2e=e2e, forward=lambda feeds: session.run(feeds),
+                  precision="fp32" if mode == "none" else mode)
 
 
 def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: Path

@@ -20,16 +20,24 @@ from .engines import Engine, hf_pipeline_engine
 from .inputs import model_max_length
 
 TASK = "text-classification"  # ORTModelForSequenceClassification: the comparison's one task
+# The AutoQuantizationConfig Optimum documents per CPU kind (runtime/cpu.py's kinds; it has
+# none for AMX, whose CPUs also have AVX-512 VNNI)
+OPTIMUM_CONFIG = {"amx": "avx512_vnni", "avx512-vnni": "avx512_vnni", "avx512": "avx512",
+                  "avx2": "avx2", None: "avx2"}
 
 
-def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None) -> dict:
-    """Optimum's documented CPU path: export, O2-optimise (fp32), dynamic int8 (avx2 config).
+def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
+                      int8_config: str = "avx2") -> dict:
+    """Optimum's documented CPU path: export, O2-optimise (fp32), dynamic int8 with the
+    `AutoQuantizationConfig` Optimum documents for the CPU (`int8_config`: avx2, avx512,
+    avx512_vnni; per_channel=False as in its examples).
 
     Returns {"fp32": (dir, file), "int8": (dir, file), "notes": [...]}."""
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
 
-    plain, o2, int8 = work / "optimum-plain", work / "optimum-O2", work / "optimum-int8"
+    plain, o2 = work / "optimum-plain", work / "optimum-O2"
+    int8 = work / ("optimum-int8" if int8_config == "avx2" else f"optimum-int8-{int8_config}")
     notes = []
     if fresh:
         for d in (plain, o2, int8):
@@ -46,7 +54,7 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None) -
                                                  optimization_config=AutoOptimizationConfig.O2())
         _copy_tokenizer(ckpt, o2)
     if not (int8 / "model_quantized.onnx").is_file():
-        qc = AutoQuantizationConfig.avx2(is_static=False, per_channel=False)
+        qc = getattr(AutoQuantizationConfig, int8_config)(is_static=False, per_channel=False)
         try:  # the fused graph first: the obvious path, and the one that fails
             ORTQuantizer.from_pretrained(o2, file_name="model_optimized.onnx").quantize(
                 save_dir=work / "optimum-O2-int8", quantization_config=qc)
@@ -54,13 +62,13 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None) -
         except Exception as e:  # noqa: BLE001 — recorded, then the working path is taken
             notes.append(f"ORTQuantizer on the O2 graph failed: {str(e).splitlines()[0][:160]}")
         shutil.rmtree(work / "optimum-O2-int8", ignore_errors=True)
-        say("optimum int8 (dynamic, avx2 config, of the plain export)")
+        say(f"optimum int8 (dynamic, {int8_config} config, of the plain export)")
         ORTQuantizer.from_pretrained(plain, file_name="model.onnx").quantize(
             save_dir=int8, quantization_config=qc)
         _copy_tokenizer(ckpt, int8)
-        (work / "optimum-notes.json").write_text(json.dumps(notes))
-    elif (work / "optimum-notes.json").is_file():
-        notes = json.loads((work / "optimum-notes.json").read_text())
+        (int8 / "optimum-notes.json").write_text(json.dumps(notes))
+    elif (int8 / "optimum-notes.json").is_file():
+        notes = json.loads((int8 / "optimum-notes.json").read_text())
     return {"fp32": (o2, "model_optimized.onnx"), "int8": (int8, "model_quantized.onnx"),
             "notes": notes}
 
@@ -72,7 +80,7 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
 
 
 def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, threads: int,
-                   batch_sizes: tuple[int, ...]) -> Engine:
+                   batch_sizes: tuple[int, ...], precision: str = "fp32") -> Engine:
     """ORTModel inside a transformers pipeline (end to end; optimum builds that session) and
     the same graph in bertonnx's session factory (model only), at our thread count."""
     import onnxruntime as ort
@@ -91,6 +99,7 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
         TASK, inputs, batch_sizes, model_max_length(folder))
     session = create_session(folder / file_name, threads=threads)
     engine.forward = lambda feeds: session.run(feeds)
+    engine.precision = precision
     return engine
 
 

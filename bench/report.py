@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .machine import FLOP_PER_CYCLE
-
 
 @dataclass
 class Result:
@@ -37,13 +35,22 @@ def format_report(r: Result) -> str:
     return "\n".join(lines)
 
 
+def peak_lines(m: dict) -> list[str]:
+    """The peaks and what they rest on (machine.peak_model), as the report prints them."""
+    pm = m["peak_model"]
+    int8 = (f"int8 peak {m['int8_peak_gops']} GOP/s ({m['cores']} × "
+            f"{pm['int8_op_per_cycle']} op/cycle; {pm['int8_basis']})"
+            if m.get("int8_peak_gops") else f"int8 peak: {pm['int8_basis']}")
+    return [f"fp32 peak {m['peak_gflops']} GFLOP/s ({m['cores']} × {pm['fp32_flop_per_cycle']} "
+            f"FLOP/cycle × {m['clock_ghz']} GHz; {pm['fp32_basis']})", int8]
+
+
 def _header(m: dict) -> list[str]:
     isa = f" ({' '.join(m['isa'])})" if m.get("isa") else ""
     torch_threads = f" ({m['torch_threads']})" if m.get("torch_threads") else ""
     return [
         f"bertonnx bench · {m['date']} · {m['cpu']}, {m['cores']} cores @ {m['clock_ghz']} GHz"
-        f"{isa} · fp32 peak {m['peak_gflops']} GFLOP/s ({m['cores']} × {FLOP_PER_CYCLE} "
-        f"FLOP/cycle × {m['clock_ghz']} GHz)",
+        f"{isa}", *peak_lines(m),
         f"threads {m['threads']}{torch_threads} · load avg {' '.join(map(str, m['load_avg']))}"
         " · " + " · ".join(f"{k} {val}" for k, val in m["versions"].items()),
     ]
@@ -90,12 +97,18 @@ def _throughput(r: Result) -> list[str]:
     if not r.throughput:
         return []
     title = f"throughput, batch {r.options['batch']} × seq {r.options['batch_seq']}"
-    lines = ["", f"{title:<52}{'ms/batch':>10} {'seq/s':>8} {'GFLOP/s':>8} {'% peak':>7}"]
+    lines = ["", f"{title:<52}{'ms/batch':>10} {'seq/s':>8} {'GOP/s':>8} {'% peak':>7}"]
+    marks: dict[str, str] = {}  # note -> its footnote mark, one per distinct note
     for name, row in r.throughput.items():
-        pct = f"{row['pct_peak']:7.1f}" if row["pct_peak"] is not None else f"{'?':>7}"
+        pct = row["pct_peak"]
+        if pct is None:
+            note = row.get("peak_note") or "no peak model"
+            marks.setdefault(note, "*" * (len(marks) + 1))
+        cell = f"{pct:7.1f}" if pct is not None else f"{marks[note]:>7}"
         lines.append(f"  {name:<50}{row['ms']:10.1f} {row['seq_per_s']:8.1f} "
-                     f"{row['gflops']:8.1f} {pct}")
-    return lines
+                     f"{row['gflops']:8.1f} {cell}")
+    return lines + ["  (GOP/s: matmul operations, 2 per multiply-add; % of the peak of the row's "
+                    "precision)"] + [f"  {mark} {note}" for note, mark in marks.items()]
 
 
 def _cold_start(r: Result) -> list[str]:

@@ -20,7 +20,7 @@ from bertonnx.runtime.errors import InputError
 from .engines import Engine
 from .footprint import cold_start, folder_size
 from .inputs import describe_texts, random_feeds
-from .machine import cores, load_avg, machine_info
+from .machine import cores, load_avg, machine_info, percent_of_peak
 from .report import Result
 from .timing import encoder_flops, round_robin, stats
 
@@ -135,16 +135,20 @@ def _throughput(engines, options, workload, result, say) -> None:
     say(f"throughput b={B} s={T}")
     feeds = random_feeds(B, T, int(workload.config.get("vocab_size", 30522)), seed=1)
     flops = encoder_flops(workload.config, B, T)
-    peak = result.machine["peak_gflops"]
-    times = round_robin({n: (lambda e=e: e.forward(feeds)) for n, e in _forwards(engines).items()},
+    # each row against its own precision's peak (machine.peak_model): int8 GEMMs count 2
+    # operations per multiply-add, like FLOP
+    peaks = {"fp32": result.machine["peak_gflops"], "int8": result.machine.get("int8_peak_gops")}
+    fwd = _forwards(engines)
+    times = round_robin({n: (lambda e=e: e.forward(feeds)) for n, e in fwd.items()},
                         options.repeats, options.warmup)
     for name, t in times.items():
         s = stats(t)
         gf = flops / s["median"] / 1e9
+        pct, note = percent_of_peak(gf, peaks.get(fwd[name].precision))
         result.throughput[name] = {"ms": s["median"] * 1000, "p90_ms": s["p90"] * 1000,
                                    "seq_per_s": B / s["median"], "gflops": gf,
-                                   "pct_peak": 100 * gf / peak if peak else None,
-                                   "gflop_per_batch": flops / 1e9}
+                                   "precision": fwd[name].precision, "pct_peak": pct,
+                                   "peak_note": note, "gflop_per_batch": flops / 1e9}
 
 
 @contextlib.contextmanager

@@ -7,6 +7,9 @@ against the contract's INT8_MIN_AGREEMENT.
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -16,7 +19,7 @@ from bertonnx.runtime.contract import INT8_MIN_AGREEMENT
 from bertonnx.runtime.errors import ArtifactError
 from bertonnx.runtime.postprocess import QA_MASK_VALUE, qa_best_spans, softmax
 
-from .parity import run_ort, run_torch
+from .parity import Reference, run_ort, take_reference
 from .texts import QA_PAIRS, SENTENCES
 
 
@@ -125,15 +128,29 @@ def task_batch(task: str, tokenizer, max_len: int, texts=None, pairs=None):
     return (ids, mask, tt), extra
 
 
-def agreement(model: Bert, sess, tokenizer, *, texts=None, pairs=None) -> dict:
-    """int8 verdict: task agreement of the graph with the fp32 torch model on real text."""
+def agreement_reference(model: Bert, tokenizer, folder: Path, *, texts=None,
+                        pairs=None) -> Reference:
+    """The fp32 torch outputs on real text for the task (the first step of `agreement`)."""
     if tokenizer is None:
         raise ArtifactError("int8 parity needs the tokenizer", "export with tokenizer files")
-    (ids, mask, tt), extra = task_batch(model.task, tokenizer,
-                                        model.config.max_tokens, texts, pairs)
-    ref, got = run_torch(model, ids, mask, tt), run_ort(sess, ids, mask, tt)
-    metrics = task_metrics(model.task, ref, got, mask.numpy(), extra)
+    inputs, extra = task_batch(model.task, tokenizer, model.config.max_tokens, texts, pairs)
+    return take_reference(model, [("texts", inputs)], folder, per_row=False, extra=extra)
+
+
+def compare_agreement(reference: Reference, sess) -> dict:
+    """int8 verdict: task agreement of the graph with the kept fp32 torch outputs."""
+    case = reference.cases[0]
+    ids, mask, tt = case.inputs
+    ref, got = reference.outputs(case), run_ort(sess, ids, mask, tt)
+    metrics = task_metrics(reference.task, ref, got, mask.numpy(), reference.extra)
     verdict = next(iter(metrics.values()))
     return {"mode": "int8", "metrics": metrics, "agreement": verdict,
             "min_agreement": INT8_MIN_AGREEMENT, "examples": int(ids.shape[0]),
             "reference": "fp32 torch model", "passed": bool(verdict >= INT8_MIN_AGREEMENT)}
+
+
+def agreement(model: Bert, sess, tokenizer, *, texts=None, pairs=None) -> dict:
+    """int8 verdict in one call: task agreement of the graph with the fp32 torch model."""
+    with tempfile.TemporaryDirectory(prefix="bertonnx-agreement-") as d:
+        return compare_agreement(agreement_reference(model, tokenizer, Path(d), texts=texts,
+                                                     pairs=pairs), sess)

@@ -35,11 +35,11 @@ from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, Task
 from bertonnx.runtime.atomic import replace_folder
 from bertonnx.runtime.manifest import Manifest
 
-from . import fusion, graph, parity
+from . import fusion, graph, memory, parity, variants
 from .precisions import PRECISIONS, precision
 
 if TYPE_CHECKING:
-    from .quantize import Int8Settings
+    from .int8_settings import Int8Settings
 
 
 
@@ -51,7 +51,13 @@ class ExportOptions:
     parity: bool = True            # prove the graph against the torch model before finishing
     force: bool = False            # replace a non-empty `out`
     tokenizer: str | Path | None = None  # tokenizer folder; default: the model's source folder
-    int8: "Int8Settings | None" = None   # None: the measured default (quantize.DEFAULT_INT8)
+    # int8: the recipes of the CPU kind `target_cpu` names ("auto": this machine's), tried
+    # fastest first until one passes the agreement gate (export/int8_recipes.py); or one
+    # recipe by name; or explicit dynamic settings (`int8`), which win over both.
+    target_cpu: str = "auto"
+    int8_recipe: str | None = None
+    int8: "Int8Settings | None" = None
+    measure_recipes: bool = False  # time the target's passing recipes here, keep the fastest
 
     def __post_init__(self):
         if self.quantize not in PRECISIONS:
@@ -64,6 +70,28 @@ class ExportOptions:
         if self.quantize != "none" and not self.optimize:
             raise InputError(f"--quantize {self.quantize} works on the fused graph",
                              "drop --no-optimize")
+        if self.target_cpu != "auto":
+            from .int8_recipes import target
+            target(self.target_cpu)
+        if self.int8_recipe is not None:
+            from .int8_recipes import recipe
+            recipe(self.int8_recipe)
+        if self.measure_recipes:
+            _check_measurable(self)
+
+
+def _check_measurable(o: ExportOptions) -> None:
+    """--measure-recipes times candidates on this machine: only for int8, with the parity
+    check that judges them, for this machine's own kind of CPU."""
+    from bertonnx.runtime.cpu import this_kind
+
+    if o.quantize != "int8" or not o.parity or o.int8 is not None or o.int8_recipe:
+        raise InputError("--measure-recipes times the target's int8 recipes and needs their "
+                         "agreement check", "use it with --quantize int8, parity on, and no "
+                         "--int8-recipe")
+    if o.target_cpu not in ("auto", this_kind()):
+        raise InputError(f"--measure-recipes measures this CPU ({this_kind()}), not "
+                         f"{o.target_cpu}", "drop --measure-recipes, or use --target-cpu auto")
 
 
 def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str) -> LoadedCheckpoint:
@@ -211,16 +239,35 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
                             "pass ExportOptions(tokenizer=FOLDER), or the LoadedCheckpoint "
                             "that bertonnx.build.load_checkpoint returns")
     tokenizer = load_tokenizer(tok_dir)
-
+    source = str((loaded.source_dir or "") if in_memory else model)
+    # A model export loaded itself is dropped once its outputs are taken; the caller's stays.
+    held = _Held(loaded.model, owned=not in_memory)
+    del loaded
     with partial_folder(out, say) as tmp:
-        source = (loaded.source_dir or "") if in_memory else model
-        manifest = _build(loaded.model, task, tmp, options, tokenizer, say, source=str(source))
+        manifest = _build(held, task, tmp, options, tokenizer, say, source=source)
     return manifest
 
 
-def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
+@dataclass
+class _Held:
+    """The torch model while export needs it (tracing, then the reference outputs)."""
+    model: Bert | None
+    owned: bool
+
+    def drop(self) -> None:
+        if self.owned:
+            self.model = None
+        memory.release()
+
+
+def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
            source) -> Manifest:
-    c = m.config
+    """One model-sized buffer at a time: trace -> reference outputs (torch) -> drop the torch
+    model -> fuse -> convert -> write -> parity (onnxruntime) against the kept outputs."""
+    m = held.model
+    c, hf_class, names = m.config, m.hf_class, graph.input_names(m)
+    param_bytes, summary = graph.unique_param_bytes(m), _config_summary(m)
+    row = precision(options.quantize)
     # scratch inside the partial folder: gone before the manifest hashes the folder, and
     # removed with the folder by the next export if this one is killed
     with tempfile.TemporaryDirectory(prefix=".scratch-", dir=tmp) as scratch:
@@ -228,57 +275,62 @@ def _build(m: Bert, task: str, tmp: Path, options: ExportOptions, tokenizer, say
         raw = scratch / "raw.onnx"
         say(f"exporting to ONNX (opset {options.opset}, {graph.EXPORTER})")
         graph.export_onnx(m, raw, options.opset)
+        memory.release()  # the exporter's protobuf copies, before the reference runs
+        reference = None
+        if options.parity:
+            say("running the torch model for parity")
+            reference = row.reference(m, tokenizer, scratch / "reference")
+        del m
+        held.drop()
         if options.optimize:
             say("fusing (onnxruntime transformer optimizer, model_type bert)")
-            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch)
+            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch, lean=True)
             fusion.check_fused(fusion.fused_counts(proto), c)
+            memory.release()
         else:
             proto = onnx.load(str(raw))
-        fp32_bytes = len(proto.SerializeToString()) if graph._fits_bytesize(proto) else None
-        quant = {"mode": options.quantize}
-        row = precision(options.quantize)
-        if row.convert is not None:
-            say(row.progress)
-            proto, quant = row.convert(proto, options, scratch)
-        counts = fusion.fused_counts(proto)
-        if options.optimize:
-            fusion.check_fused(counts, c)
+        raw.unlink()
+        fp32_bytes = proto.ByteSize() if graph._fits_bytesize(proto) else None
+        tokenizer.save(tmp)
+        write_config(c, hf_class, tmp)
         model_path = tmp / MODEL_NAME
-        graph.save_model(proto, model_path)
-    del proto
+        job = variants.Job(row, options, c, scratch, tokenizer, reference, task, say)
+        choose = variants.fastest_passing if options.measure_recipes else variants.first_passing
+        box = [proto]
+        del proto
+        chosen = choose(job, box, model_path)
+        quant, counts, figures = chosen.quantization, chosen.fused_ops, chosen.parity
 
-    size = graph.graph_bytes(model_path)
-    quant["size"] = {"model_bytes": size, "unique_param_bytes": graph.unique_param_bytes(m),
-                     "ratio_to_params": round(size / graph.unique_param_bytes(m), 4)}
-    if options.quantize != "none" and fp32_bytes:
-        quant["size"]["ratio_to_fp32_graph"] = round(size / fp32_bytes, 4)
-
-    tokenizer.save(tmp)
-    write_config(c, m.hf_class, tmp)
-
-    figures = {}
-    if options.parity:
-        say("checking parity against the torch model")
-        figures = check_parity(m, model_path, options.quantize, tokenizer)
-    inputs, outputs = _io(task, graph.input_names(m))
+        size = graph.graph_bytes(model_path)
+        quant["size"] = {"model_bytes": size, "unique_param_bytes": param_bytes,
+                         "ratio_to_params": round(size / param_bytes, 4)}
+        if options.quantize != "none" and fp32_bytes:
+            quant["size"]["ratio_to_fp32_graph"] = round(size / fp32_bytes, 4)
+    inputs, outputs = _io(task, names)
     manifest = Manifest(
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
-        config=_config_summary(m), versions=_versions(),
+        config=summary, versions=_versions(),
         source=source,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     manifest.write(tmp)
     return manifest
 
 
+def _judge(row, reference, model_path: Path, task: str) -> dict:
+    """The row's verdict on the graph at `model_path`; raises CheckFailed when it refuses."""
+    figures = row.judge(reference, parity.session(model_path))
+    if figures.get("passed", True):
+        return figures
+    raise row.refusal(task, figures)
+
+
 def check_parity(m: Bert, model_path: Path, mode: str, tokenizer=None) -> dict:
     """The parity figures that fit `mode` (its precision's judge); raises CheckFailed when the
     judge refuses the graph."""
     row = precision(mode)
-    figures = row.judge(m, parity.session(model_path), tokenizer)
-    if figures.get("passed", True):
-        return figures
-    raise row.refusal(m.task, figures)
+    with tempfile.TemporaryDirectory(prefix="bertonnx-parity-") as d:
+        return _judge(row, row.reference(m, tokenizer, Path(d)), model_path, m.task)
 
 
 def parity_report(folder: str | Path, reference: str | Path | Bert | LoadedCheckpoint, *,
@@ -294,7 +346,10 @@ def parity_report(folder: str | Path, reference: str | Path | Bert | LoadedCheck
     m = loaded.model
     mode = manifest.quantization.get("mode", "none")
     tokenizer = load_tokenizer(folder)
-    report = precision(mode).judge(m, parity.session(folder / MODEL_NAME), tokenizer)
+    row = precision(mode)
+    with tempfile.TemporaryDirectory(prefix="bertonnx-parity-") as d:
+        reference = row.reference(m, tokenizer, Path(d))
+        report = row.judge(reference, parity.session(folder / MODEL_NAME))
     if loaded.head_initialised:
         # load_checkpoint draws missing heads from a fixed seed, so the export of the same
         # folder matches; say so, since such a head is not a trained one.

@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from bertonnx.runtime.contract import EXPORT_TASKS
+from bertonnx.runtime.cpu import TARGET_KINDS
 
+from .int8_recipes import RECIPES
 from .precisions import PRECISIONS, summary_line
 
 
@@ -31,12 +33,22 @@ def _fused_line(counts: dict) -> str:
 @click.option("--quantize", type=click.Choice(list(PRECISIONS)), default="none",
               show_default=True,
               help=" ".join(f"{p.name}: {p.help}" for p in PRECISIONS.values()))
+@click.option("--target-cpu", type=click.Choice(["auto", *TARGET_KINDS]), default="auto",
+              show_default=True,
+              help="The CPU kind an int8 graph is made for (auto: this machine's); its recipes "
+                   "are tried fastest first until one passes the agreement gate.")
+@click.option("--int8-recipe", type=click.Choice(list(RECIPES)), default=None,
+              help="One int8 recipe instead of the target's list.")
+@click.option("--measure-recipes", is_flag=True,
+              help="Time the target's int8 recipes that pass the agreement gate on this "
+                   "machine and keep the fastest (the manifest records the figures).")
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity check (not recommended).")
 @click.option("--tokenizer", type=click.Path(path_type=Path),
               help="Tokenizer folder, when MODEL's folder has none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def export(model, task, out, opset, optimize, quantize, force, no_parity, tokenizer, as_json):
+def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
+           measure_recipes, force, no_parity, tokenizer, as_json):
     """Export MODEL (a checkpoint folder, a hub id, or `default` for the bundled MiniLM) to ONNX."""
     from .api import ExportOptions, export_model
 
@@ -46,14 +58,18 @@ def export(model, task, out, opset, optimize, quantize, force, no_parity, tokeni
         task = infer_task(model)
         _progress(f"task {task} (from {model}'s config.json architectures)")
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
-                         force=force, tokenizer=tokenizer)
+                         force=force, tokenizer=tokenizer, target_cpu=target_cpu,
+                         int8_recipe=int8_recipe, measure_recipes=measure_recipes)
     manifest = export_model(model, task, out, opts, progress=_progress)
     if as_json:
         click.echo(manifest.to_json(), nl=False)
         return
     size = manifest.quantization.get("size", {}).get("model_bytes", 0)
+    q = manifest.quantization
+    made_for = (f", recipe {q['recipe']} for {q['target']} CPUs ({q['target_chosen_by']})"
+                if "recipe" in q else "")
     click.echo(f"exported {task} to {out} ({size / 1e6:.1f} MB, opset {opset}, "
-               f"quantization {quantize})")
+               f"quantization {quantize}{made_for})")
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
     click.echo(summary_line(manifest.parity))
 

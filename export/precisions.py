@@ -17,39 +17,66 @@ from typing import Callable
 from bertonnx.runtime.errors import CheckFailed, ConfigError
 
 
-# --- conversions (proto, ExportOptions, scratch folder or None) -> (proto, the manifest's
-# quantization record) ------------------------------------------------------------------------
+# --- conversions (proto, ExportOptions, scratch folder or None, variant, tokenizer) ->
+# (proto, the manifest's quantization record) -------------------------------------------------
 
-def _int8(proto, options, scratch=None):
-    from . import quantize
+def _int8(proto, options, scratch=None, variant=None, tokenizer=None):
+    from . import int8_recipes
 
-    return quantize.int8(proto, options.int8, scratch)
+    variant = variant or int8_recipes.candidates(options)[0]
+    return int8_recipes.convert(variant, proto, options, scratch, tokenizer)
 
 
-def _fp16(proto, options, scratch=None):
+def _fp16(proto, options, scratch=None, variant="", tokenizer=None):
     from . import quantize
 
     return quantize.fp16(proto)
 
 
-# --- judges (model, session, tokenizer) -> parity figures -----------------------------------
+# --- candidates: the variants an export tries in order until the judge passes one ----------
 
-def _grid(model, sess, tokenizer):
+def _one(options) -> tuple[str, ...]:
+    return ("",)
+
+
+def _int8_recipes(options) -> tuple[str, ...]:
+    from . import int8_recipes
+
+    return int8_recipes.candidates(options)
+
+
+# --- references (model, tokenizer, folder) -> the torch outputs a judge compares with; and
+# judges (reference, session) -> parity figures. Two steps, so export can drop the torch model
+# before it loads the graph (export/parity.py's Reference). -------------------------------
+
+def _grid_reference(model, tokenizer, folder):
     from . import parity
 
-    return parity.grid(model, sess)
+    return parity.grid_reference(model, folder)
 
 
-def _fp16_figures(model, sess, tokenizer):
+def _grid(reference, sess):
     from . import parity
 
-    return parity.fp16_figures(model, sess)
+    return parity.compare_grid(reference, sess)
 
 
-def _agreement(model, sess, tokenizer):
+def _fp16_figures(reference, sess):
+    from . import parity
+
+    return parity.compare_fp16(reference, sess)
+
+
+def _agreement_reference(model, tokenizer, folder):
     from . import agreement
 
-    return agreement.agreement(model, sess, tokenizer)
+    return agreement.agreement_reference(model, tokenizer, folder)
+
+
+def _agreement(reference, sess):
+    from . import agreement
+
+    return agreement.compare_agreement(reference, sess)
 
 
 # --- summaries: one line per parity report ---------------------------------------------------
@@ -101,21 +128,24 @@ class Precision:
     help: str
     progress: str                               # what export says while converting
     convert: Callable | None                    # None: the fused fp32 graph as it is
-    judge: Callable[..., dict]
+    candidates: Callable                        # ExportOptions -> variants to try, in order
+    reference: Callable                         # (model, tokenizer, folder) -> Reference
+    judge: Callable[..., dict]                  # (Reference, session) -> figures
     summary: Callable[[dict], str]
     refusal: Callable[[str, dict], CheckFailed]
 
 
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("none", "fp32", "fp32: element-wise parity over a grid of batch×seq shapes.",
-              "", None, _grid, _fp32_line, _fp32_refusal),
-    Precision("int8", "int8", "dynamic int8 of the fused graph, for CPUs; judged by task "
-              "agreement with the fp32 model on real sentences.",
-              "quantizing to int8 (dynamic, of the fused graph)", _int8, _agreement,
+              "", None, _one, _grid_reference, _grid, _fp32_line, _fp32_refusal),
+    Precision("int8", "int8", "int8 of the fused graph, for CPUs, by the recipe measured "
+              "fastest for --target-cpu; judged by task agreement with the fp32 model on real "
+              "sentences.",
+              "quantizing to int8", _int8, _int8_recipes, _agreement_reference, _agreement,
               _int8_line, _int8_refusal),
     Precision("fp16", "fp16", "float16 for GPU providers; its error is reported, not enforced.",
-              "converting to float16 (for GPU providers)", _fp16, _fp16_figures, _fp16_line,
-              _never_refused),
+              "converting to float16 (for GPU providers)", _fp16, _one, _grid_reference,
+              _fp16_figures, _fp16_line, _never_refused),
 )}
 
 

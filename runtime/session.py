@@ -66,6 +66,9 @@ class SessionConfig:
     # The arena keeps its high-water mark for the session's life; export's parity runs turn it
     # off so a (B, T, 30522) fill-mask batch does not stay reserved through the whole export.
     memory_arena: bool = True
+    # Prepacking lays weights out for MLAS's GEMMs at load: a second copy of each packed
+    # weight, and much faster runs (measured: bench/session_memory.py); off only to measure.
+    prepacking: bool = True
 
 
 class Session:
@@ -99,7 +102,8 @@ class Session:
 
 
 def create_session(model: str | Path | bytes, *, providers=None, threads: int | None = None,
-                   optimization: str = "all", memory_arena: bool = True) -> Session:
+                   optimization: str = "all", memory_arena: bool = True,
+                   prepacking: bool = True) -> Session:
     """The only place an `InferenceSession` is made: from a file, or from a serialized graph
     (export checks graphs it has not written yet)."""
     if not isinstance(model, bytes) and not Path(model).is_file():
@@ -109,10 +113,12 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     check_threads(threads)
     config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization,
-                           memory_arena)
+                           memory_arena, prepacking)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     opts.enable_cpu_mem_arena = memory_arena
+    if not prepacking:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
     if threads:
         opts.intra_op_num_threads = threads
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing

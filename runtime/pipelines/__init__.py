@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..contract import TASK_ALIASES, TASKS, pipeline_class
+from ..cpu import warn_if_other_cpu
 from ..defaults import resolve_export
 from ..errors import ConfigError, TaskMismatchError
 from ..foreign import check_inputs, warn_unverified
@@ -59,4 +60,5 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     if folder.foreign is not None:
         check_inputs(folder.foreign, session.inner.get_inputs())
         warn_unverified(folder.foreign)
+    warn_if_other_cpu(path, manifest.quantization)  # an int8 graph made for another CPU kind
     return PIPELINES[manifest.task](folder, session, batch_size=batch_size)

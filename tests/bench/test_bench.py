@@ -15,6 +15,7 @@ import pytest
 
 from bertonnx.bench import machine, timing
 from bertonnx.bench.footprint import cold_start
+from bertonnx.runtime import cpu
 from bertonnx.bench.inputs import task_inputs, text_set
 from bertonnx.bench.report import Result, format_report
 from bertonnx.bench.runner import BenchOptions
@@ -76,16 +77,61 @@ def test_instruction_sets_come_from_the_cpuinfo_flags(tmp_path, monkeypatch):
     fake.write_text("processor\t: 0\nmodel name\t: Test CPU\n"
                     "flags\t\t: fpu sse2 avx2 fma hypervisor avx512_vnni\n\n"
                     "processor\t: 1\nflags\t\t: fpu amx_int8\n")
-    monkeypatch.setattr(machine, "CPUINFO", fake)
+    monkeypatch.setattr(cpu, "CPUINFO", fake)  # the one reader of /proc/cpuinfo
     assert machine.instruction_sets() == ["avx2", "fma", "avx512_vnni"]  # first CPU, kernel flags
     assert machine.cpu_model() == "Test CPU"
 
 
-def test_peak_is_cores_times_32_flop_per_cycle_times_clock():
+def test_peak_is_cores_times_the_models_ops_per_cycle_times_clock():
     m = machine.machine_info(threads=1)
     assert m["clock_ghz"] > 0, "no CPU clock found in lscpu or /proc/cpuinfo"
-    assert m["peak_gflops"] == pytest.approx(m["cores"] * 32 * m["clock_ghz"], abs=0.1)
+    per_cycle = m["peak_model"]["fp32_flop_per_cycle"]
+    assert m["peak_gflops"] == pytest.approx(m["cores"] * per_cycle * m["clock_ghz"], abs=0.1)
+    int8 = m["peak_model"]["int8_op_per_cycle"]
+    assert (m["int8_peak_gops"] is None) == (int8 is None)
     assert {"onnxruntime", "numpy", "tokenizers", "python"} <= set(m["versions"])
+
+
+AVX2 = {"sse2", "avx", "avx2", "fma", "f16c"}
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
+
+
+@pytest.mark.parametrize("flags, vendor, family, model, fp32, int8", [
+    ({"sse2"}, "GenuineIntel", 6, 15, 8, None),                       # no int8 dot products
+    ({"sse2", "avx"}, "GenuineIntel", 6, 42, 16, None),               # Sandy Bridge: no FMA
+    (AVX2, "AuthenticAMD", 25, 1, 32, 64),                            # Zen 3: AVX2, no VNNI
+    (AVX2, "AuthenticAMD", 23, 1, 16, 32),                            # Zen 1: 128-bit units
+    (AVX2, "AuthenticAMD", 23, 0x31, 32, 64),                         # Zen 2
+    (AVX2 | {"avx_vnni"}, "GenuineIntel", 6, 151, 32, 128),           # Alder Lake: AVX-VNNI
+    (AVX512, "GenuineIntel", 6, 85, 64, 128),                         # Skylake-SP: no VNNI
+    (AVX512 | {"avx512_vnni"}, "GenuineIntel", 6, 85, 64, 256),       # Cascade Lake
+    (AVX512 | {"avx512_vnni", "avx512_bf16"}, "AuthenticAMD", 25, 17, 32, 128),  # Zen 4
+    (AVX512 | {"avx512_vnni", "avx512_bf16"}, "AuthenticAMD", 26, 2, 64, 256),   # Zen 5
+    (AVX512 | {"avx512_vnni", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"},
+     "GenuineIntel", 6, 143, 64, None),                                # Sapphire Rapids: AMX
+    ({"asimd", "asimddp"}, "", None, None, 16, None),
+])
+def test_peak_model_from_flags(flags, vendor, family, model, fp32, int8):
+    pm = machine.peak_model(flags, vendor, family, model)
+    assert (pm.fp32_flop_per_cycle, pm.int8_op_per_cycle) == (fp32, int8)
+    assert pm.fp32_basis and pm.int8_basis
+
+
+def test_peak_model_states_its_assumptions():
+    """What the flags cannot say (512-bit FMA units; AMX throughput) is said in words."""
+    intel = machine.peak_model(AVX512 | {"avx512_vnni"}, "GenuineIntel", 6, 85)
+    assert "2 512-bit FMA units assumed" in intel.fp32_basis and "half" in intel.fp32_basis
+    zen4 = machine.peak_model(AVX512, "AuthenticAMD", 25, 17)
+    assert "256-bit" in zen4.fp32_basis
+    amx = machine.peak_model(AVX512 | {"avx512_vnni", "amx_int8"}, "GenuineIntel", 6, 143)
+    assert amx.int8_basis == "AMX present (amx_int8), peak not modelled"
+
+
+def test_no_figure_above_100_percent():
+    assert machine.percent_of_peak(50.0, 200.0) == (25.0, "")
+    pct, note = machine.percent_of_peak(260.0, 200.0)
+    assert pct is None and "130%" in note and "peak model is wrong" in note
+    assert machine.percent_of_peak(10.0, None) == (None, "no peak model")
 
 
 # -- the loop and the report ---------------------------------------------------------------
@@ -132,6 +178,21 @@ def test_report_text_and_json_come_from_one_result():
     r.targets = {}
     assert "ratios (measured side by side in this run)" in format_report(r)
     assert json.loads(r.to_json())["ratios"] == {"x / y": 2.0}
+
+
+def test_report_prints_the_peak_model_and_never_more_than_100_percent():
+    m = machine.machine_info(threads=1)
+    r = Result(m, {"batch": 4, "batch_seq": 16})
+    r.throughput = {
+        "fast int8": {"ms": 1.0, "seq_per_s": 4.0, "gflops": 999.0, "precision": "int8",
+                      "pct_peak": None, "peak_note": "measured above the modelled peak (130%): "
+                                                    "the peak model is wrong here"},
+        "fp32": {"ms": 2.0, "seq_per_s": 2.0, "gflops": 10.0, "precision": "fp32",
+                 "pct_peak": 12.5, "peak_note": ""}}
+    text = format_report(r)
+    assert m["peak_model"]["fp32_basis"] in text and m["peak_model"]["int8_basis"] in text
+    assert "* measured above the modelled peak (130%)" in text
+    assert "130.0" not in text and "12.5" in text
 
 
 def test_no_inference_session_is_made_in_the_bench():
@@ -270,7 +331,8 @@ def test_cpu_time_script_smoke(cls_export):
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [ln for ln in out.stdout.splitlines() if str(graph) in ln]
     assert len(rows) == 2 and "×" in rows[0]
-    float(rows[0].split()[1])  # CPU ms of a forward: a number (its value is a timing, not tested)
+    assert rows[0].split()[1] == "fp32"  # the graph's precision picks the peak it is read against
+    float(rows[0].split()[2])  # CPU ms of a forward: a number (its value is a timing, not tested)
 
 
 def test_bench_default_runs_the_shipped_export():

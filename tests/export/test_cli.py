@@ -126,7 +126,8 @@ def test_int8_refusal_names_metric_and_the_way_out(tiny_checkpoint, monkeypatch)
 
     failing = {"mode": "int8", "metrics": {"span": 0.75},
                "agreement": 0.75, "min_agreement": 0.9, "examples": 40, "passed": False}
-    row = dataclasses.replace(precisions.PRECISIONS["int8"], judge=lambda *a, **k: failing)
+    row = dataclasses.replace(precisions.PRECISIONS["int8"], reference=lambda *a: None,
+                              judge=lambda *a: failing)
     monkeypatch.setitem(precisions.PRECISIONS, "int8", row)
     monkeypatch.setattr(api.parity, "session", lambda path: None)  # the judge is replaced
     m = load_pretrained(tiny_checkpoint("question-answering"), "question-answering")

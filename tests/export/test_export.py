@@ -11,7 +11,7 @@ import pytest
 from bertonnx.export import ExportOptions, export_model
 from bertonnx.export import fusion, graph, parity
 from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MANIFEST_NAME, MODEL_NAME,
-                                       PARITY_BATCHES, PARITY_SEQUENCES, output_names)
+                                       PARITY_SHAPES, output_names)
 from bertonnx.runtime.errors import ArtifactError, CheckFailed, TaskMismatchError
 from bertonnx.runtime.manifest import Manifest
 
@@ -47,8 +47,8 @@ def test_parity_over_the_shape_grid(tiny_export, task):
     assert p["mode"] == "fp32" and p["passed"]
     assert set(p["max_abs"]) == set(output_names(task))
     assert all(0 <= v <= FP32_ATOL for v in p["max_abs"].values())
-    seqs = [64 if s == "max" else s for s in PARITY_SEQUENCES]
-    assert sorted(map(tuple, p["shapes"])) == sorted((b, s) for b in PARITY_BATCHES for s in seqs)
+    assert sorted(map(tuple, p["shapes"])) == sorted((b, 64 if s == "max" else s)
+                                                     for b, s in PARITY_SHAPES)
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
@@ -148,7 +148,8 @@ def test_interrupted_export_leaves_nothing(tiny_checkpoint, tmp_path, monkeypatc
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(fusion if where == "fuse" else parity, "fuse" if where == "fuse" else "grid", boom)
+    monkeypatch.setattr(fusion if where == "fuse" else parity,
+                        "fuse" if where == "fuse" else "compare_grid", boom)
     with pytest.raises(KeyboardInterrupt):
         export_model(tiny_checkpoint("feature-extraction"), "feature-extraction", tmp_path / "out")
     assert os.listdir(tmp_path) == []  # neither `out` nor its hidden temp sibling
@@ -156,15 +157,15 @@ def test_interrupted_export_leaves_nothing(tiny_checkpoint, tmp_path, monkeypatc
 
 def test_lost_fusion_fails_the_export(tiny_checkpoint, tmp_path, monkeypatch):
     # The day the exporter's graph stops matching onnxruntime's patterns, export must fail.
-    monkeypatch.setattr(fusion, "fuse", lambda path, *a: onnx.load(str(path)))
+    monkeypatch.setattr(fusion, "fuse", lambda path, *a, **k: onnx.load(str(path)))
     with pytest.raises(CheckFailed, match="fusion incomplete: 0 fused attention ops for 2"):
         export_model(tiny_checkpoint("fill-mask"), "fill-mask", tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_parity_failure_fails_the_export(tiny_checkpoint, tmp_path, monkeypatch):
-    real = parity.grid
-    monkeypatch.setattr(parity, "grid", lambda m, s, **k: real(m, s, atol=0.0, **k))
+    real = parity.compare_grid
+    monkeypatch.setattr(parity, "compare_grid", lambda r, s, **k: real(r, s, atol=0.0))
     with pytest.raises(CheckFailed, match="parity failed"):
         export_model(tiny_checkpoint("fill-mask"), "fill-mask", tmp_path / "out")
     assert os.listdir(tmp_path) == []

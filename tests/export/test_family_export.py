@@ -208,8 +208,8 @@ def test_int8_passes_the_agreement_gate(exported, family, task):
 def test_roberta_int8_needs_its_position_ids(checkpoint, tmp_path, monkeypatch):
     """Why quantize keeps RoBERTa's embeddings fp32: quantized, they lose the position ids
     (positions restart at 0) and the agreement gate refuses the graph."""
-    monkeypatch.setattr(quantize, "_positioned_embeddings", lambda proto: [])
-    with pytest.raises(CheckFailed, match="int8 refused"):
+    monkeypatch.setattr(quantize, "_positioned_embeddings", lambda proto, *a: [])
+    with pytest.raises(CheckFailed, match="int8 refused"):  # one recipe: no fallback to try
         export_model(checkpoint("roberta", "feature-extraction"), "feature-extraction",
-                     tmp_path / "q", ExportOptions(quantize="int8"))
+                     tmp_path / "q", ExportOptions(quantize="int8", int8_recipe="s8"))
 
