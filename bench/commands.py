@@ -86,9 +86,14 @@ def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no
 @click.option("--repeats", default=5, show_default=True)
 @click.option("--config", type=click.Path(path_type=Path),
               help="config.json for the FLOP count (default: the first graph's folder).")
-def cpu_time_command(graphs, batch, seq, repeats, config):
+@click.option("--profile", is_flag=True,
+              help="Also each graph's time per op type (onnxruntime's profiler).")
+def cpu_time_command(graphs, batch, seq, repeats, config, profile):
     """CPU ms per forward of ONNX GRAPHS on one thread, interleaved round-robin."""
-    from .cpu_time import cpu_times, format_cpu_times
+    from .cpu_time import cpu_times, format_cpu_times, format_op_profile, op_profile
 
     click.echo(format_cpu_times(cpu_times(list(graphs), batch=batch, seq=seq, repeats=repeats,
                                           config=config)))
+    for g in graphs if profile else ():
+        click.echo(format_op_profile(op_profile(g, batch=batch, seq=seq, runs=repeats,
+                                                config=config)))

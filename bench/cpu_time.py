@@ -51,6 +51,44 @@ def cpu_times(graphs: list[Path], *, batch: int = 32, seq: int = 128, repeats: i
             "peak_model": {"fp32": pm.fp32_basis, "int8": pm.int8_basis}}
 
 
+def op_profile(graph: Path, *, batch: int = 32, seq: int = 128, runs: int = 5,
+               config: Path | None = None) -> dict:
+    """Where one thread's forward goes, per op type: onnxruntime's profiler, each op type's
+    time summed within a run, the median over `runs` (after one warm-up run), in ms."""
+    import tempfile
+
+    cfg = json.loads(Path(config or Path(graph).parent / "config.json").read_text())
+    feeds = random_feeds(batch, seq, int(cfg["vocab_size"]))
+    with tempfile.TemporaryDirectory(prefix="bertonnx-profile-") as d:
+        sess = create_session(graph, threads=1, profile_prefix=str(Path(d) / "p"))
+        for _ in range(runs + 1):
+            sess.run(feeds)
+        events = json.loads(Path(sess.inner.end_profiling()).read_text())
+    model_runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                        if e.get("cat") == "Session" and e.get("name") == "model_run")[1:]
+    per_run: list[dict[str, float]] = [{} for _ in model_runs]
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        for i, (start, end) in enumerate(model_runs):
+            if start <= e["ts"] <= end:
+                op = e["args"]["op_name"]
+                per_run[i][op] = per_run[i].get(op, 0.0) + e["dur"] / 1000
+    ops = sorted({op for r in per_run for op in r})
+    ms = {op: float(np.median([r.get(op, 0.0) for r in per_run])) for op in ops}
+    total = float(np.median([end - start for start, end in model_runs])) / 1000
+    return {"graph": str(graph), "batch": batch, "seq": seq, "runs": len(model_runs),
+            "total_ms": total, "ops_ms": dict(sorted(ms.items(), key=lambda kv: -kv[1]))}
+
+
+def format_op_profile(p: dict) -> str:
+    lines = [f"{p['graph']}: b={p['batch']} s={p['seq']}, 1 thread, {p['total_ms']:.0f} ms a "
+             f"forward (median of {p['runs']} profiled runs); per op type:"]
+    for op, ms in p["ops_ms"].items():
+        lines.append(f"  {op:<32} {ms:8.1f} ms {100 * ms / p['total_ms']:5.1f}%")
+    return "\n".join(lines)
+
+
 _INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulNBits",
              "QLinearMatMul", "DynamicQuantizeLinear", "DequantizeLinear")
 

@@ -3,7 +3,7 @@
 Graph before / after, per encoder layer:
 
     MatMul+Add ×3 -> Reshape/Transpose -> MatMul/Div/Add(mask)/Softmax/MatMul -> ...   ==> Attention
-    Add(residual) -> LayerNormalization                                               ==> SkipLayerNormalization
+    Add(residual) -> LayerNormalization                                               (kept)
     MatMul -> Add(bias) -> Gelu                                                       ==> BiasGelu
     MatMul -> Add(bias) -> tanh-approximated Gelu (ALBERT's gelu_new)                 ==> FastGelu
     Gather(word)+Gather(pos)+Gather(type) -> LayerNormalization  (once)               ==> EmbedLayerNormalization
@@ -27,6 +27,12 @@ the numbers do not change):
   MatMul+Add between the norm and the first Attention ("for Albert"). ALBERT's shared layers
   are unrolled by the exporter, one Attention per application; each gets its own packed QKV
   weight, which `share_identical_initializers` stores once again.
+
+The residual Add -> LayerNormalization pairs end up unfused: the optimizer fuses them (its
+RoBERTa embedding pattern needs the fused form) and `unfuse_residual_norms` splits them again,
+because onnxruntime's CPU SkipLayerNormalization kernel is 3.8× slower than the pair
+(runtime/session.py's CPU_DISABLED_OPTIMIZERS, where CPU sessions also stop onnxruntime from
+fusing them at load; CUDA sessions fuse them at load into the fast GPU kernel).
 
 `opt_level=1` (the optimizer's default for BERT) runs only onnxruntime's portable basic
 rewrites before the Python fusions, so the saved graph holds no CPU- or GPU-specific kernels.
@@ -93,10 +99,10 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
     # The optimizer logs every fusion at INFO through its own loggers; keep the CLI quiet.
     for name in ("onnxruntime.transformers", "fusion_base", "onnx_model", "onnx_model_bert"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    options = FusionOptions("bert")
+    # the bias Add stays after its MatMul (onnxruntime folds it into the int8 MatMul at load)
+    options.enable_bias_skip_layer_norm = False
     if lean:
-        # its "symbolic shape inference disabled" warning is this choice, not a failure
-        logging.getLogger("fusion_skiplayernorm").setLevel(logging.ERROR)
-        options = FusionOptions("bert")
         options.enable_shape_inference = False
         opt = optimize_by_fusion(onnx.load(str(path)), "bert", num_heads, hidden_size, options)
         _declare_contrib_domain(opt.model)
@@ -108,9 +114,43 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
             optimize_by_onnxruntime(str(path), use_gpu=False, optimized_model_path=str(basic),
                                     opt_level=1, disabled_optimizers=["ConstantSharing"],
                                     save_as_external_data=_has_external_data(path))
-            opt = optimize_by_fusion(onnx.load(str(basic)), "bert", num_heads, hidden_size)
+            opt = optimize_by_fusion(onnx.load(str(basic)), "bert", num_heads, hidden_size,
+                                     options)
+    unfuse_residual_norms(opt.model)
     share_identical_initializers(opt.model)
     return opt.model
+
+
+def unfuse_residual_norms(proto: onnx.ModelProto) -> int:
+    """Each SkipLayerNormalization(x, skip, gamma, beta[, bias]) back into Add(x[ + bias],
+    skip) -> LayerNormalization(gamma, beta), in place (see the module docstring for why);
+    returns how many. The optimizer has to fuse them first: RoBERTa's embedding pattern (its
+    GPT-2 one) matches a SkipLayerNormalization. A bias appears only in graphs fused elsewhere
+    (adopt): ours keep the bias Add after its MatMul."""
+    from onnx import helper
+
+    nodes, n = [], 0
+    for node in proto.graph.node:
+        if node.op_type != "SkipLayerNormalization":
+            nodes.append(node)
+            continue
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-12)
+        x = node.input[0]
+        if len(node.input) > 4 and node.input[4]:
+            x = f"{node.name}_biased"
+            nodes.append(helper.make_node("Add", [node.input[0], node.input[4]], [x],
+                                          name=f"{node.name}_bias"))
+        total = node.output[3] if len(node.output) > 3 and node.output[3] else f"{node.name}_sum"
+        nodes.append(helper.make_node("Add", [x, node.input[1]], [total],
+                                      name=f"{node.name}_add"))
+        nodes.append(helper.make_node("LayerNormalization", [total, *node.input[2:4]],
+                                      [node.output[0]], name=f"{node.name}_norm", axis=-1,
+                                      epsilon=eps))
+        n += 1
+    del proto.graph.node[:]
+    # (LayerNormalization below opset 17: onnxruntime runs it, as the fused MLM head's)
+    proto.graph.node.extend(nodes)
+    return n
 
 
 def _declare_contrib_domain(proto: onnx.ModelProto) -> None:

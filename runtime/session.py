@@ -31,6 +31,18 @@ OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 
+# onnxruntime rewrites it loads a graph with on CPU-only sessions and we turn off.
+# SkipLayerNormFusion folds Add(residual) -> LayerNormalization into SkipLayerNormalization,
+# whose CPU kernel (onnxruntime 1.32) takes 3.8× as long as the Add + LayerNormalization it
+# replaces: 8.2 ms vs 2.2 ms on a (32, 128, 384) tensor, one thread, AVX-512 Xeon; 12 of them
+# were 21% of MiniLM's int8 forward. Export leaves those pairs unfused (export/fusion.py);
+# CUDA sessions keep the rewrite (its GPU kernel is the fast one).
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+
+
+def disabled_optimizers(providers) -> list[str]:
+    return list(CPU_DISABLED_OPTIMIZERS) if list(providers) == ["CPUExecutionProvider"] else []
+
 
 def resolve_providers(providers: str | list[str] | tuple[str, ...] | None) -> list[str]:
     """Map user names to onnxruntime providers; CPU by default, CPU always kept as fallback.
@@ -103,7 +115,7 @@ class Session:
 
 def create_session(model: str | Path | bytes, *, providers=None, threads: int | None = None,
                    optimization: str = "all", memory_arena: bool = True,
-                   prepacking: bool = True) -> Session:
+                   prepacking: bool = True, profile_prefix: str | None = None) -> Session:
     """The only place an `InferenceSession` is made: from a file, or from a serialized graph
     (export checks graphs it has not written yet)."""
     if not isinstance(model, bytes) and not Path(model).is_file():
@@ -119,6 +131,9 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     opts.enable_cpu_mem_arena = memory_arena
     if not prepacking:
         opts.add_session_config_entry("session.disable_prepacking", "1")
+    if profile_prefix:  # onnxruntime's per-node timings, for bench/cpu_time.py's profile
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     if threads:
         opts.intra_op_num_threads = threads
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
@@ -127,7 +142,8 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     name = "the graph" if isinstance(model, bytes) else str(model)
     try:
         inner = ort.InferenceSession(model if isinstance(model, bytes) else str(model),
-                                     sess_options=opts, providers=list(config.providers))
+                                     sess_options=opts, providers=list(config.providers),
+                                     disabled_optimizers=disabled_optimizers(config.providers))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
         if "INVALID_PROTOBUF" in str(e):
             raise ArtifactError(f"{name} is not an ONNX model (truncated, or a foreign file)",

@@ -335,6 +335,20 @@ def test_cpu_time_script_smoke(cls_export):
     float(rows[0].split()[2])  # CPU ms of a forward: a number (its value is a timing, not tested)
 
 
+def test_op_profile_names_the_graphs_op_types(cls_export):
+    from bertonnx.bench.cpu_time import format_op_profile, op_profile
+
+    graph = cls_export / "model.onnx"
+    p = op_profile(graph, batch=2, seq=8, runs=2)
+    assert p["runs"] == 2
+    # what ran: the export's fused attention, and its residual norms as LayerNormalization
+    # (a CPU session does not fuse them into the slow SkipLayerNormalization at load)
+    assert {"Attention", "LayerNormalization"} <= set(p["ops_ms"])
+    assert "SkipLayerNormalization" not in p["ops_ms"]
+    assert all(ms >= 0 for ms in p["ops_ms"].values())
+    assert "Attention" in format_op_profile(p)
+
+
 def test_bench_default_runs_the_shipped_export():
     out = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "bench", "default",
                           "--quick", "--no-cold-start", "--json"],

@@ -41,17 +41,17 @@ def expected_ops(family: str, task: str, layers: int = LAYERS) -> dict[str, int]
     fully; they differ only in their activations and heads:
 
     - ALBERT's gelu_new is the tanh approximation: FastGelu where the others have BiasGelu.
-    - fill-mask's head is dense -> GELU (fused with its bias) -> LayerNorm (no residual, so it
-      stays a LayerNormalization) -> the tied decoder.
+    - fill-mask's head is dense -> GELU (fused with its bias) -> LayerNorm (one more
+      LayerNormalization beside the layers' residual ones) -> the tied decoder.
     - ELECTRA's classifier applies GELU to a Gemm on the <s> vector, whose bias is inside the
       Gemm: a bare Gelu.
     """
     gelu = "FastGelu" if family == "albert" else "BiasGelu"
     ops = {"EmbedLayerNormalization": 1, "Attention": layers,
-           "SkipLayerNormalization": 2 * layers, gelu: layers}
+           "LayerNormalization": 2 * layers, gelu: layers}  # residual norms: Add + LayerNorm
     if task == "fill-mask":
         ops[gelu] += 1
-        ops["LayerNormalization"] = 1
+        ops["LayerNormalization"] += 1
     if family == "electra" and task == "text-classification":
         ops["Gelu"] = 1
     return ops

@@ -1,0 +1,48 @@
+"""export/fusion.py's unfuse_residual_norms on its own (whole exports: test_export.py)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from bertonnx.export.fusion import unfuse_residual_norms
+from bertonnx.runtime.session import create_session
+
+HIDDEN = 16
+
+
+def skip_norm_graph(bias: bool) -> onnx.ModelProto:
+    """One SkipLayerNormalization as onnxruntime's optimizer writes it (with a bias: as graphs
+    fused elsewhere carry it), LayerNorm weights away from 1/0."""
+    rng = np.random.default_rng(1)
+    names = ["gamma", "beta"] + (["bias"] if bias else [])
+    inits = [numpy_helper.from_array(rng.standard_normal(HIDDEN).astype(np.float32), n)
+             for n in names]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "t", HIDDEN])
+          for n in ("x", "skip", "y")]
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", *names], ["y"],
+                            name="norm0", domain="com.microsoft", epsilon=1e-5)
+    graph = helper.make_graph([node], "g", io[:2], io[2:], inits)
+    return helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_unfused_norm_computes_what_the_fused_one_did(tmp_path, bias):
+    fused = skip_norm_graph(bias)
+    plain = skip_norm_graph(bias)
+    assert unfuse_residual_norms(plain) == 1
+    ops = [n.op_type for n in plain.graph.node]
+    assert ops == ["Add"] * (1 + bias) + ["LayerNormalization"]
+    onnx.checker.check_model(plain)
+    rng = np.random.default_rng(2)
+    feeds = {n: rng.standard_normal((3, 5, HIDDEN)).astype(np.float32) for n in ("x", "skip")}
+    outs = []
+    for name, proto in (("fused", fused), ("plain", plain)):
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(proto, path)
+        outs.append(create_session(path, threads=1).inner.run(None, feeds)[0])
+    # the same sums and the same normalisation: float32 rounding apart
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
+    assert np.abs(outs[0]).max() > 0.1
