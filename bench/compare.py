@@ -95,9 +95,10 @@ def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = 
     return out
 
 
-def has_optimum() -> bool:
+def has_optimum(module: str = "optimum.onnxruntime") -> bool:
+    """Whether Optimum's `module` is installed (its ONNX Runtime classes by default)."""
     try:
-        return importlib.util.find_spec("optimum.onnxruntime") is not None
+        return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # find_spec of a submodule imports its parent
         return False
 

@@ -15,7 +15,6 @@ with O2, parity included.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from .compare import has_optimum
 from .footprint import _SPAWN
 from .timing import stats
 
@@ -79,20 +79,13 @@ def commands(ckpt: Path, task: str, work: Path, optimum: bool) -> dict[str, list
     base = ours + ["export", str(ckpt), "--task", task, "--force"]
     cmds = {"bertonnx export (parity)": base + ["--out", str(work / "ours")],
             "bertonnx export --no-parity": base + ["--out", str(work / "ours-np"), "--no-parity"]}
-    if optimum and _has_optimum_cli():
+    if optimum and has_optimum("optimum.commands.optimum_cli"):
         cli = [sys.executable, "-m", "optimum.commands.optimum_cli", "export", "onnx", "-m",
                str(ckpt), "--task", task]  # what the optimum-cli script runs
         cmds["optimum-cli export onnx"] = cli + [str(work / "optimum")]
         cmds["optimum-cli export onnx --optimize O2"] = cli + ["--optimize", "O2",
                                                                str(work / "optimum-o2")]
     return cmds
-
-
-def _has_optimum_cli() -> bool:
-    try:
-        return importlib.util.find_spec("optimum.commands.optimum_cli") is not None
-    except ModuleNotFoundError:  # find_spec of a submodule imports its parent
-        return False
 
 
 def compare(ckpt: Path, task: str, rounds: int, optimum: bool = True) -> dict:

@@ -81,13 +81,14 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
 
 def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, threads: int,
                    batch_sizes: tuple[int, ...], precision: str = "fp32") -> Engine:
-    """ORTModel inside a transformers pipeline (end to end; optimum builds that session) and
-    the same graph in bertonnx's session factory (model only), at our thread count."""
+    """ORTModel inside a transformers pipeline (end to end) and ORTModel's own session (model
+    only), at our thread count: Optimum as its users run it. (Until 2026-11-23 the model-only
+    row ran Optimum's graph in bertonnx's session factory, which since keeps onnxruntime from
+    fusing the residual norms into its slow CPU SkipLayerNormalization — a gain Optimum's
+    users do not get.)"""
     import onnxruntime as ort
     from optimum.onnxruntime import ORTModelForSequenceClassification
     from transformers import AutoTokenizer, pipeline
-
-    from bertonnx.runtime.session import create_session
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -97,8 +98,9 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
     engine = hf_pipeline_engine(
         name, lambda bs: pipeline(TASK, model=model, tokenizer=tok, device=-1, batch_size=bs),
         TASK, inputs, batch_sizes, model_max_length(folder))
-    session = create_session(folder / file_name, threads=threads)
-    engine.forward = lambda feeds: session.run(feeds)
+    session = model.session
+    names = [i.name for i in session.get_inputs()]
+    engine.forward = lambda feeds: session.run(None, {n: feeds[n] for n in names})
     engine.precision = precision
     return engine
 

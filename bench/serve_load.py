@@ -26,7 +26,8 @@ import threading
 import time
 import urllib.request
 
-_ANNOUNCE = re.compile(r"on http://([\d.]+):(\d+)")
+from bertonnx.runtime.server.process import announced_url
+
 
 
 def configurations(ray: str, cores: int) -> list[tuple[str, list[str]]]:
@@ -52,9 +53,9 @@ class Server:
         def read():
             for line in self.proc.stderr:
                 self.lines.append(line)
-                m = _ANNOUNCE.search(line)
-                if m and not found.is_set():
-                    self.url = f"http://{m.group(1)}:{m.group(2)}"
+                url = announced_url(line)
+                if url and not found.is_set():
+                    self.url = url
                     found.set()
 
         threading.Thread(target=read, daemon=True).start()

@@ -7,9 +7,11 @@ weights' size, and the model-only speed of each way (round-robin, in one process
 Peak RSS is the child's VmHWM (its own address space's high-water mark): getrusage's
 ru_maxrss would carry this process's peak across fork and exec.
 
-Ways: from the file path (what bertonnx.runtime does), from bytes in memory, with
-`session.disable_prepacking`, and from a copy with its weights in an external data file
-(onnxruntime maps that file instead of copying it) with and without prepacking.
+Ways, each from a copy of the export's graph: the weights inside model.onnx (a single file,
+as exports were written until 2026-11-23) loaded from its path, from bytes in memory, and
+with `session.disable_prepacking`; the weights in an external data file beside it (what
+every export writes now: onnxruntime maps that file instead of copying it), with and without
+prepacking.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-WAYS = {"path (runtime default)": ("path", False), "bytes": ("bytes", False),
-        "path, prepacking off": ("path", True), "external data": ("external", False),
+WAYS = {"single file, path": ("path", False), "single file, bytes": ("bytes", False),
+        "single file, prepacking off": ("path", True),
+        "external data (exports since 2026-11-23)": ("external", False),
         "external data, prepacking off": ("external", True)}
 
 _CHILD = r"""
@@ -45,21 +48,26 @@ print(json.dumps({"base_mib": base, "resident_mib": rss(),
 """
 
 
-def external_copy(graph: Path, folder: Path) -> Path:
+def copies(graph: Path, folder: Path) -> dict[str, Path]:
+    """The graph with its weights inside ("path") and in an external data file ("external")."""
     import onnx
 
-    out = folder / "model.onnx"
-    onnx.save_model(onnx.load(str(graph)), str(out), save_as_external_data=True,
+    (folder / "single").mkdir()
+    (folder / "external").mkdir()
+    single, external = folder / "single" / "model.onnx", folder / "external" / "model.onnx"
+    onnx.save_model(onnx.load(str(graph)), str(single))
+    onnx.save_model(onnx.load(str(graph)), str(external), save_as_external_data=True,
                     location="model.onnx.data", size_threshold=1024)
-    return out
+    return {"path": single, "bytes": single, "external": external}
 
 
 def measure(export: Path, rounds: int, repeats: int = 3) -> dict:
+    from bertonnx.export.graph import graph_bytes
+
     graph = export / "model.onnx"
-    weights = graph.stat().st_size / 2**20
+    weights = graph_bytes(graph) / 2**20
     with tempfile.TemporaryDirectory() as d:
-        ext = external_copy(graph, Path(d))
-        paths = {"path": graph, "bytes": graph, "external": ext}
+        paths = copies(graph, Path(d))
         runs = {name: [] for name in WAYS}
         for _ in range(repeats):  # round-robin; a session's RSS varies run to run (threads)
             for name, (source, no_prepack) in WAYS.items():
@@ -100,7 +108,7 @@ def speed(paths: dict, rounds: int) -> dict[str, float]:
 
 def format_measure(r: dict) -> str:
     w = r["weights_mib"]
-    lines = [f"{r['export']}: model.onnx {w:.0f} MiB; fresh process, session + one answer "
+    lines = [f"{r['export']}: weights {w:.0f} MiB; fresh process, session + one answer "
              "(b1 s16); medians of 3 processes",
              f"  {'way':<32} {'peak MiB':>9} {'resident':>9} {'peak - base':>12} "
              f"{'b32 s128 ms':>12}"]

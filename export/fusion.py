@@ -103,6 +103,8 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
     # the bias Add stays after its MatMul (onnxruntime folds it into the int8 MatMul at load)
     options.enable_bias_skip_layer_norm = False
     if lean:
+        # its "symbolic shape inference disabled" warning is this choice, not a failure
+        logging.getLogger("fusion_skiplayernorm").setLevel(logging.ERROR)
         options.enable_shape_inference = False
         opt = optimize_by_fusion(onnx.load(str(path)), "bert", num_heads, hidden_size, options)
         _declare_contrib_domain(opt.model)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from bertonnx.runtime.cpu import TARGET_KINDS
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.errors import InputError, lookup
 
 from .int8_settings import Int8Settings
 
@@ -98,19 +98,11 @@ assert tuple(TARGETS) == TARGET_KINDS  # the runtime's kinds and this table name
 
 
 def target(name: str) -> Target:
-    try:
-        return TARGETS[name]
-    except KeyError:
-        raise InputError(f"unknown CPU target {name!r}",
-                         f"use auto or one of {', '.join(TARGETS)}") from None
+    return lookup(TARGETS, name, "CPU target", choices="use auto or one of")
 
 
 def recipe(name: str) -> Recipe:
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise InputError(f"unknown int8 recipe {name!r}",
-                         f"use one of {', '.join(RECIPES)}") from None
+    return lookup(RECIPES, name, "int8 recipe")
 
 
 def resolve_target(name: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from bertonnx.runtime.errors import CheckFailed, ConfigError
+from bertonnx.runtime.errors import CheckFailed, ConfigError, lookup
 
 
 # --- conversions (proto, ExportOptions, scratch folder or None, variant, tokenizer) ->
@@ -150,11 +150,7 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 
 
 def precision(name: str) -> Precision:
-    try:
-        return PRECISIONS[name]
-    except KeyError:
-        raise ConfigError(f"unknown quantization {name!r}",
-                          f"use one of {', '.join(PRECISIONS)}") from None
+    return lookup(PRECISIONS, name, "quantization", ConfigError)
 
 
 def summary_line(figures: dict) -> str:

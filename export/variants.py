@@ -70,10 +70,11 @@ def first_passing(job: Job, box: list, model_path: Path) -> Chosen:
     variants = job.row.candidates(job.options)
     fused = job.scratch / "fused.onnx"  # what a refused recipe's successor starts from
     if len(variants) > 1:
-        graph.save_model(proto, fused)
+        graph.save_model(proto, fused)  # (its weights move to the file: read back from there)
+        proto = None
     tried = []
     for i, variant in enumerate(variants):
-        current, proto = (proto if i == 0 else onnx.load(str(fused))), None
+        current, proto = (proto if proto is not None else onnx.load(str(fused))), None
         quant, counts = _convert(job, current, variant, model_path)
         del current
         if job.reference is None:

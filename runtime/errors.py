@@ -48,3 +48,13 @@ class CheckFailed(BertOnnxError):
     """A check ran and failed (parity outside tolerance, fusion incomplete)."""
 
     exit_code = 1
+
+
+def lookup(table, key, what: str, error: type[BertOnnxError] = InputError,
+           choices: str = "use one of"):
+    """`table[key]`, or one `error` line naming what is known: "unknown WHAT 'key' — use one
+    of a, b, c" (the declarative tables: precisions, int8 recipes, CPU targets)."""
+    try:
+        return table[key]
+    except KeyError:
+        raise error(f"unknown {what} {key!r}", f"{choices} {', '.join(table)}") from None

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import socket
 import statistics
@@ -37,7 +36,9 @@ from pathlib import Path
 
 import httpx
 
-_ANNOUNCE = re.compile(r"on http://([\d.]+):(\d+)")
+from bertonnx.runtime.server.metrics import Metrics
+from bertonnx.runtime.server.process import announced_url
+
 _UNBOUNDED = ("import sys; from bertonnx.runtime.pipelines import base; "
               "base.BACKEND_CACHE = 10**9; from bertonnx.runtime.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
@@ -50,14 +51,12 @@ class Server:
                                       *map(str, flags)],
                                      stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         for line in self.proc.stderr:
-            m = _ANNOUNCE.search(line)
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
+            self.url = announced_url(line)
+            if self.url:
                 break
         else:
             raise SystemExit(f"the server did not start (exit {self.proc.wait()})")
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()
-        self.url = f"http://{self.host}:{self.port}"
         for _ in range(6000):
             try:
                 if httpx.get(self.url + "/health", timeout=5).status_code == 200:
@@ -74,12 +73,7 @@ class Server:
         return r.json()
 
     def metrics(self) -> dict[str, float]:
-        out = {}
-        for line in httpx.get(self.url + "/metrics", timeout=60).text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
+        return Metrics.parse(httpx.get(self.url + "/metrics", timeout=60).text)
 
     def status(self, key: str) -> float:
         with open(f"/proc/{self.proc.pid}/status") as f:

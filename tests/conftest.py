@@ -26,6 +26,8 @@ import ctypes.util
 import gc
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -282,6 +284,16 @@ def ours(tiny_export):
         return pipes[name]
 
     return get
+
+
+def cli_without(modules: tuple[str, ...], *argv) -> subprocess.CompletedProcess:
+    """`bertonnx ARGV` in a fresh process where importing any of `modules` fails, as when
+    an extra is not installed."""
+    block = "; ".join(f"sys.modules[{m!r}] = None" for m in modules)
+    code = (f"import sys; {block}\nfrom bertonnx.runtime.cli import main\n"
+            f"sys.exit(main({[str(a) for a in argv]!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
 
 
 @pytest.fixture(scope="session")

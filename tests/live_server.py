@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -21,7 +20,9 @@ import time
 
 import httpx
 
-_ANNOUNCE = re.compile(r"on http://([\d.]+):(\d+)")
+from bertonnx.runtime.server.metrics import Metrics
+from bertonnx.runtime.server.process import announced_url
+
 GUARD_S = 60.0   # no single wait in these tests may take longer: a hung server fails fast
 
 
@@ -58,9 +59,10 @@ class LiveServer:
     def _read_log(self):
         for line in self.proc.stderr:
             self.lines.append(line)
-            m = _ANNOUNCE.search(line)
-            if m and not self._announced.is_set():
-                self.host, self.port = m.group(1), int(m.group(2))
+            url = announced_url(line)
+            if url and not self._announced.is_set():
+                host, port = url.removeprefix("http://").rsplit(":", 1)
+                self.host, self.port = host, int(port)
                 self._announced.set()
         self._announced.set()  # stderr closed: the process ended, nothing more will come
 
@@ -118,13 +120,7 @@ class LiveServer:
                           timeout=GUARD_S)
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+parse_metrics = Metrics.parse
 
 
 class Raw:

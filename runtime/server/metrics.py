@@ -79,6 +79,16 @@ class Metrics:
             self.batch_seconds.observe(seconds)
             self.batch_max = max(self.batch_max, inputs)
 
+    @staticmethod
+    def parse(text: str) -> dict[str, float]:
+        """`render`'s text read back: sample (name with labels) -> value; for clients."""
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
     def render(self, *, ready: bool, queued: int) -> str:
         p = "bertonnx"
         with self._lock:

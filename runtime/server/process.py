@@ -5,6 +5,7 @@ outlasts --drain-timeout-s, answers the rest 503 and exits 1."""
 from __future__ import annotations
 
 import asyncio
+import re
 import resource
 import signal
 import socket
@@ -65,6 +66,17 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+# The line `serve` writes once it listens; clients that start a server (tests, bench/serve_load,
+# scripts) read its address from it with `announced_url`.
+_ANNOUNCED = re.compile(r" on (http://[\d.]+:\d+) ")
+
+
+def announced_url(line: str) -> str | None:
+    """The server's URL if `line` is serve's announcement (`--port 0` picks a free port)."""
+    m = _ANNOUNCED.search(line)
+    return m.group(1) if m else None
 
 
 def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,

@@ -96,7 +96,12 @@ def test_folder_contents_and_manifest(tiny_export, tiny_checkpoint):
     folder, manifest = exported(tiny_export, "text-classification")
     names = {p.name for p in folder.iterdir()}
     assert {MODEL_NAME, MANIFEST_NAME, "config.json", "vocab.txt", "tokenizer.json"} <= names
-    assert not [n for n in names if n.endswith(".data")]  # external data only past 2 GB
+    # the weights in one external data file beside the graph (mapped by onnxruntime)
+    assert [n for n in names if n.endswith(".data")] == [MODEL_NAME + ".data"]
+    data = onnx.load(str(folder / MODEL_NAME), load_external_data=False)
+    big = [t for t in data.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert big and all(dict((e.key, e.value) for e in t.external_data)["location"]
+                       == MODEL_NAME + ".data" for t in big)
     read = Manifest.read(folder)  # verifies every sha256
     assert set(read.files) == names - {MANIFEST_NAME}
     assert read.task == "text-classification" and read.opset == 17 and read.optimized

@@ -51,8 +51,12 @@ _DROP = object()
 
 
 def _graph_of(other: str) -> Callable:
-    """Another export's model.onnx put in this folder."""
-    return lambda d, exports: shutil.copy(exports(other) / MODEL_NAME, d / MODEL_NAME)
+    """Another export's graph (model.onnx and its weights, model.onnx.data) put in this
+    folder."""
+    def put(d, exports):
+        for name in (MODEL_NAME, MODEL_NAME + ".data"):
+            shutil.copy(exports(other) / name, d / name)
+    return put
 
 
 def _symbolic_labels(d: Path, exports) -> None:

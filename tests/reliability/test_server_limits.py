@@ -573,19 +573,16 @@ def test_the_readme_lists_every_limit_with_its_default():
     from bertonnx.runtime.server.batching import BatchConfig
     from bertonnx.runtime.server.commands import serve
 
-    from bertonnx.runtime.server.settings import RayOptions
-
-    # --ray's replica bounds are Ray Serve's settings, not limits of this server
-    ray_only = set(RayOptions.__dataclass_fields__)
-    defaults = {f"--{o.name.replace('_', '-')}": o.default for o in serve.params
-                if o.name.startswith(("max_", "header", "body", "keep", "drain"))
-                and o.name not in ray_only}
-    # the click defaults are the settings' (one source of truth for both)
+    # every field of Limits and Timeouts, and the connection and batching bounds
     settings = {**{flag(k): v for k, v in vars(Limits()).items()},
                 **{flag(k): v for k, v in vars(Timeouts()).items()},
                 "--max-connections": ServeOptions.max_connections,
                 "--max-batch-size": BatchConfig.max_batch_size,
                 "--max-wait-ms": BatchConfig.max_wait_ms}
+    # the click defaults are the settings' (one source of truth for both)
+    options = {f"--{o.name.replace('_', '-')}": o for o in serve.params}
+    assert set(settings) <= set(options), set(settings) - set(options)
+    defaults = {name: options[name].default for name in settings}
     assert defaults == settings
     assert _readme_limits() == {k: f"{v:g}" if isinstance(v, float) else str(v)
                                 for k, v in settings.items()}

@@ -16,7 +16,7 @@ import pytest
 from bertonnx.runtime.bulk.job import CRASH_ENV
 from bertonnx.runtime.cli import main
 
-from tests.conftest import CLS, EMB, FM, NER, QA
+from tests.conftest import CLS, EMB, FM, NER, QA, cli_without
 from tests.runtime._compare import assert_same
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -378,12 +378,8 @@ def test_progress_lines_and_summary(capsys, tiny_export, tmp_path):
 
 def test_missing_pyarrow_is_one_line(tiny_export, tmp_path):
     src = write_input(tmp_path / "in.jsonl", "jsonl", [{"text": "the cat"}])
-    code = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
-            "from bertonnx.runtime.cli import main\n"
-            f"sys.exit(main(['run', {str(tiny_export(CLS))!r}, '--input', {str(src)!r}, "
-            f"'--output', {str(tmp_path / 'o.parquet')!r}]))")
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    got = cli_without(("pyarrow", "pyarrow.parquet"), "run", tiny_export(CLS), "--input", src,
+                      "--output", tmp_path / "o.parquet")
     assert got.returncode == 2
     assert got.stderr.strip().splitlines() == [
         "bertonnx: error: Parquet files need pyarrow, which is not installed — "

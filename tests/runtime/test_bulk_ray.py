@@ -25,7 +25,7 @@ from bertonnx.runtime.bulk.ray import (Predictor, fingerprint, folder_on_node, m
                                        ship)
 from bertonnx.runtime.cli import main
 
-from tests.conftest import CLS, EMB
+from tests.conftest import CLS, EMB, cli_without
 from tests.runtime._ray_cluster import ENV, LocalCluster
 from tests.runtime.test_bulk import read_output, write_input
 
@@ -161,12 +161,8 @@ def test_rows_cross_to_the_actors_as_json_text():
 
 def test_missing_ray_is_one_line(tiny_export, tmp_path):
     src = write_input(tmp_path / "in.jsonl", "jsonl", [{"text": "the cat"}])
-    code = ("import sys; sys.modules['ray'] = None\n"
-            "from bertonnx.runtime.cli import main\n"
-            f"sys.exit(main(['run', {str(tiny_export(CLS))!r}, '--input', {str(src)!r}, "
-            f"'--output', {str(tmp_path / 'o.jsonl')!r}, '--ray', 'auto']))")
-    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    got = cli_without(("ray",), "run", tiny_export(CLS), "--input", src,
+                      "--output", tmp_path / "o.jsonl", "--ray", "auto")
     assert got.returncode == 2
     assert got.stderr.strip().splitlines() == [
         "bertonnx: error: --ray needs the ray extra — pip install 'bertonnx[ray]'"]

@@ -41,6 +41,16 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def _one_running(rec) -> tuple[DynamicBatcher, asyncio.Future]:
+    """A started batcher (no waiting for company) whose worker is running the call for
+    "first": what is submitted next queues behind it."""
+    b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=0))
+    b.start()
+    first = asyncio.ensure_future(b.submit("first", 1, {}))
+    await asyncio.sleep(0.05)  # the worker takes "first" at the loop's next turn
+    return b, first
+
+
 async def _submit_all(batcher, jobs):
     return await asyncio.gather(*(batcher.submit(p, size, params) for p, size, params in jobs),
                                 return_exceptions=True)
@@ -116,10 +126,7 @@ def test_busy_worker_lets_the_queue_grow_into_the_next_batch():
     rec = Recorder(delay=0.2)
 
     async def main():
-        b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=0))
-        b.start()
-        first = asyncio.ensure_future(b.submit("first", 1, {}))
-        await asyncio.sleep(0.05)           # "first" is running; these queue behind it
+        b, first = await _one_running(rec)  # these queue behind "first"
         rest = await _submit_all(b, [(i, 1, {}) for i in range(5)])
         await first
         await b.close()
@@ -168,10 +175,7 @@ def test_a_request_whose_client_left_is_dropped_from_the_queue():
     rec = Recorder(delay=0.2)
 
     async def main():
-        b = DynamicBatcher(rec, BatchConfig(max_batch_size=64, max_wait_ms=0))
-        b.start()
-        first = asyncio.ensure_future(b.submit("first", 1, {}))
-        await asyncio.sleep(0.05)           # "first" runs; the next two queue behind it
+        b, first = await _one_running(rec)  # the next two queue behind "first"
         gone = asyncio.ensure_future(b.submit("gone", 1, {}))
         stays = asyncio.ensure_future(b.submit("stays", 1, {}))
         await asyncio.sleep(0.01)

@@ -90,9 +90,11 @@ def test_repository_files_and_config_fields(tiny_export, pb2, tmp_path, task):
     target = write_repository(tiny_export(task), repo, TritonOptions(
         name=f"bert-{task}", max_batch_size=16, instances=2, max_wait_ms=2.5))
     assert target == repo / f"bert-{task}"
+    data = MODEL_NAME + ".data"  # the weights beside the graph, as export writes them
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == \
-        ["1", f"1/{MODEL_NAME}", "config.pbtxt"]
-    assert filecmp.cmp(target / "1" / MODEL_NAME, tiny_export(task) / MODEL_NAME, shallow=False)
+        ["1", f"1/{MODEL_NAME}", f"1/{data}", "config.pbtxt"]
+    for name in (MODEL_NAME, data):
+        assert filecmp.cmp(target / "1" / name, tiny_export(task) / name, shallow=False)
     assert not [p for p in repo.iterdir() if p.name.startswith(".")], "temp folder left behind"
 
     cfg = parse_config(pb2, (target / "config.pbtxt").read_text())
