@@ -26,7 +26,7 @@ from pathlib import Path
 
 WAYS = {"single file, path": ("path", False), "single file, bytes": ("bytes", False),
         "single file, prepacking off": ("path", True),
-        "external data (exports since 2026-11-23)": ("external", False),
+        "external data (exports now)": ("external", False),
         "external data, prepacking off": ("external", True)}
 
 _CHILD = r"""

@@ -68,14 +68,15 @@ class Target:
     rationale: str
 
 
-# Measured 2026-11-23 by `python -m bertonnx.bench.int8_recipes` and `... cpu_time` on an Intel
-# Xeon with AMX (KVM guest, 2 cores), MiniLM-L6 + 3-label head, b32 s128, one thread, CPU ms
-# per forward: fp32 893 · s8 439 · s8-rr 440 · s8-attention-fp32 547 · static 585 ·
-# nbits8 997 (slower than fp32: offered by name only) · Optimum int8 (avx512_vnni) 527.
-# Argmax agreement with fp32 torch on 600 held-out tweets: s8 0.968, s8-rr 0.973,
-# s8-attention-fp32 0.977, static 0.913, nbits8 0.993 (gate 0.9, accuracy within 1 point).
-_AMX_FIGURES = ("measured on an AMX Xeon (MiniLM-L6, b32 s128, 1 thread CPU ms): s8 439, s8-rr "
-                "440, s8-attention-fp32 547, static 585 vs fp32 893; nbits8 997 is slower than "
+# Measured 2026-11-23 (18:20, residual norms unfused) by `python -m bertonnx.bench.int8_recipes`
+# and `... cpu_time` on an Intel Xeon with AMX (KVM guest, 2 cores), MiniLM-L6 + 3-label head,
+# b32 s128, one thread, CPU ms per forward: fp32 796 · s8 328 · s8-rr 332 ·
+# s8-attention-fp32 450 · static 467 · nbits8 891 (slower than fp32: offered by name only) ·
+# Optimum int8 (avx512_vnni) 346 in the same session, 394 in onnxruntime's default one.
+# Argmax agreement with fp32 torch on 600 held-out tweets: s8 0.965, s8-rr 0.972,
+# s8-attention-fp32 0.972, static 0.918, nbits8 0.992 (gate 0.9, accuracy within 1 point).
+_AMX_FIGURES = ("measured on an AMX Xeon (MiniLM-L6, b32 s128, 1 thread CPU ms): s8 328, s8-rr "
+                "332, s8-attention-fp32 450, static 467 vs fp32 796; nbits8 891 is slower than "
                 "fp32 and not offered")
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("avx2", ("s8-rr",),
