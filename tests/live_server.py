@@ -177,8 +177,15 @@ class Raw:
         return status, headers, body
 
     def closed_by_server(self) -> bool:
-        """Blocks until the server sends more or closes; True when it closed."""
-        return not self.buffer and not self._fill()
+        """Blocks until the server sends more or closes; True when it closed. A reset is a
+        close too: bytes a client sends after the server's close (a dripping client's next
+        byte) are answered with RST, and the next recv raises instead of reading EOF."""
+        if self.buffer:
+            return False
+        try:
+            return not self._fill()
+        except ConnectionResetError:
+            return True
 
     def close(self) -> None:
         self.sock.close()
