@@ -95,6 +95,11 @@ def save_model(proto: onnx.ModelProto, path: Path) -> None:
     data.unlink(missing_ok=True)  # onnx appends to an existing data file
     onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=data.name, size_threshold=1024)
+    # onnx creates the data file owner-only (0600); the graph beside it got the umask's mode.
+    # Give the weights the graph's: another user (a Triton container, a system-wide install)
+    # that can read model.onnx must be able to read its weights.
+    if data.is_file():
+        data.chmod(path.stat().st_mode & 0o777)
 
 
 def _fits_bytesize(proto: onnx.ModelProto) -> bool:

@@ -98,6 +98,9 @@ def test_folder_contents_and_manifest(tiny_export, tiny_checkpoint):
     assert {MODEL_NAME, MANIFEST_NAME, "config.json", "vocab.txt", "tokenizer.json"} <= names
     # the weights in one external data file beside the graph (mapped by onnxruntime)
     assert [n for n in names if n.endswith(".data")] == [MODEL_NAME + ".data"]
+    # readable by whoever may read the graph (onnx alone writes the data file 0600)
+    mode = (folder / MODEL_NAME).stat().st_mode & 0o777
+    assert (folder / (MODEL_NAME + ".data")).stat().st_mode & 0o777 == mode
     data = onnx.load(str(folder / MODEL_NAME), load_external_data=False)
     big = [t for t in data.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     assert big and all(dict((e.key, e.value) for e in t.external_data)["location"]
