@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from bertonnx.export.memory import release
+
 # The suite must stay under 3 GB RSS on 2 cores. glibc raises its mmap threshold after large
 # frees, so later 1-32 MB buffers (tensors, onnx protos, logits) come from the heap and their
 # pages stay with the process after the test that made them; pinning the threshold at 1 MB
@@ -70,9 +72,7 @@ def _return_freed_memory():
     if rss - _trimmed_at[0] < _TRIM_STEP:
         _trimmed_at[0] = min(_trimmed_at[0], rss)
         return
-    gc.collect()
-    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
-        _LIBC.malloc_trim(0)
+    release()
     _trimmed_at[0] = _rss()
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
