@@ -95,7 +95,7 @@ class LiveServer:
     # -- what the server says about itself ------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        return parse_metrics(httpx.get(self.url + "/metrics", timeout=GUARD_S).text)
+        return Metrics.parse(httpx.get(self.url + "/metrics", timeout=GUARD_S).text)
 
     def metric(self, name: str) -> float:
         return self.metrics().get(name, 0.0)
@@ -119,8 +119,6 @@ class LiveServer:
         return httpx.post(self.url + "/predict", json={"inputs": inputs, "parameters": parameters},
                           timeout=GUARD_S)
 
-
-parse_metrics = Metrics.parse
 
 
 class Raw:
