@@ -112,10 +112,13 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
         with tempfile.TemporaryDirectory(prefix="bertonnx-fuse-", dir=scratch) as d:
             basic = Path(d) / "basic.onnx"
             # what optimize_model runs at opt_level 1: onnxruntime's basic graph optimisations
-            # (constant folding, cast elimination), ConstantSharing off
+            # (constant folding, cast elimination), ConstantSharing off. The intermediate's
+            # weights always go to a data file beside it (whatever the source did): it lives
+            # in this folder only, onnx.load below reads them back in, and a graph past 2 GB
+            # could not be written otherwise.
             optimize_by_onnxruntime(str(path), use_gpu=False, optimized_model_path=str(basic),
                                     opt_level=1, disabled_optimizers=["ConstantSharing"],
-                                    save_as_external_data=_has_external_data(path))
+                                    save_as_external_data=True)
             opt = optimize_by_fusion(onnx.load(str(basic)), "bert", num_heads, hidden_size,
                                      options)
     unfuse_residual_norms(opt.model)
@@ -163,13 +166,6 @@ def _declare_contrib_domain(proto: onnx.ModelProto) -> None:
     if "com.microsoft" not in domains and any(n.domain == "com.microsoft"
                                               for n in proto.graph.node):
         proto.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
-
-
-def _has_external_data(path: Path) -> bool:
-    from onnx.external_data_helper import uses_external_data
-
-    g = onnx.load(str(path), load_external_data=False)
-    return any(uses_external_data(t) for t in g.graph.initializer)
 
 
 def share_identical_initializers(proto: onnx.ModelProto) -> int:

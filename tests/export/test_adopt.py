@@ -57,6 +57,20 @@ def test_adopted_with_a_reference_is_fused_and_proven(foreign, tiny_checkpoint, 
     assert_same(CALLS[task](pipe), CALLS[task](ours(task)))
 
 
+def test_a_graph_with_its_weights_in_a_data_file_is_adopted(foreign, tiny_checkpoint, tmp_path):
+    # Optimum writes large models as model.onnx + model.onnx_data; the fusion's intermediate
+    # graph must take the weights along whatever the source's layout.
+    src = tmp_path / "src"
+    shutil.copytree(foreign(FM), src)
+    g = onnx.load(str(src / MODEL_NAME))
+    onnx.save_model(g, str(src / MODEL_NAME), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="model.onnx_data", size_threshold=0)
+    assert (src / "model.onnx_data").stat().st_size > 0
+    m = adopt(src, tmp_path / "out", AdoptOptions(reference=tiny_checkpoint(FM)))
+    assert m.optimized and attention_count(m.fused_ops) == LAYERS
+    assert m.parity["passed"] and max(m.parity["max_abs"].values()) <= FP32_ATOL
+
+
 def test_without_a_reference_the_manifest_says_so(foreign, tmp_path, capsys):
     rc = main(["adopt", str(foreign(CLS, "transformers.js")), "--out", str(tmp_path / "o")])
     out = capsys.readouterr().out
