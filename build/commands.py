@@ -90,14 +90,16 @@ def train_tokenizer(corpus, vocab_size, out, cased, min_frequency):
 @click.option("--lr", type=float, default=1e-4, show_default=True)
 @click.option("--nsp", is_flag=True, help="Add next-sentence prediction (BertForPreTraining).")
 @click.option("--whole-word-mask", is_flag=True, help="Mask all pieces of a word together.")
+@click.option("--line-by-line", is_flag=True,
+              help="One sequence per corpus line (cut at --seq-len) instead of packed blocks.")
 @click.option("--mlm-probability", type=float, default=0.15, show_default=True)
 @click.option("--init-from", default=None,
               help="Continue from this checkpoint's weights (a folder, hub id or `default`).")
 @click.option("--eval-fraction", type=float, default=0.05, show_default=True,
               help="Share of lines held out for MLM accuracy.")
 @_loop_options
-def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, mlm_probability,
-             init_from, eval_fraction, **kw):
+def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, line_by_line,
+             mlm_probability, init_from, eval_fraction, **kw):
     """Pretrain a BERT with masked-LM (and optionally NSP) on CORPUS text files."""
     from bertonnx.build.train import PretrainConfig
     from bertonnx.build.train import pretrain as run
@@ -106,7 +108,8 @@ def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, mlm_pr
         raise InputError("no corpus files given", "pass one or more text files")
     cfg = PretrainConfig(corpus=corpus, tokenizer=tokenizer, model=model,
                          train=_train_config(kw, lr), seq_len=seq_len, nsp=nsp,
-                         whole_word_mask=whole_word_mask, mlm_probability=mlm_probability,
+                         whole_word_mask=whole_word_mask, line_by_line=line_by_line,
+                         mlm_probability=mlm_probability,
                          init_from=init_from, eval_fraction=eval_fraction)
     _report(run(cfg), cfg.train.out)
 

@@ -60,6 +60,7 @@ class PretrainConfig:
     seq_len: int = 128
     nsp: bool = False
     whole_word_mask: bool = False
+    line_by_line: bool = False          # one sequence per corpus line instead of packed blocks
     mlm_probability: float = 0.15
     init_from: str | None = None        # a checkpoint to continue from (its config wins)
     eval_fraction: float = 0.05         # lines held out for MLM accuracy
@@ -73,6 +74,9 @@ class PretrainConfig:
             raise InputError("--mlm-probability must be in (0, 1)", f"got {self.mlm_probability}")
         if self.seq_len < 8:
             raise InputError("--seq-len must be at least 8", f"got {self.seq_len}")
+        if self.nsp and self.line_by_line:
+            raise InputError("--nsp and --line-by-line do not go together",
+                             "NSP pairs segments of a document; drop one of the flags")
         if not 0 <= self.eval_fraction < 1:
             raise InputError("--eval-fraction must be in [0, 1)", f"got {self.eval_fraction}")
 

@@ -103,6 +103,21 @@ def pack(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: int) -> di
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
+def line_by_line(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: int) -> dict:
+    """One [CLS] line [SEP] sequence per corpus line (its first T - 2 tokens), padded to T:
+    transformers' run_mlm.py --line_by_line. A model asked about one short sentence at a time
+    (fill-mask) then trains on what it is asked: text that starts at position 1 and ends
+    at [SEP], not a window cut from a stream of unrelated lines."""
+    lines = [line[:T - 2] for doc in docs_ids for line in doc]
+    ids = torch.full((len(lines), T), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(lines), T), dtype=torch.long)
+    for i, line in enumerate(lines):
+        seq = [tok.cls_token_id, *line, tok.sep_token_id]
+        ids[i, :len(seq)] = torch.tensor(seq)
+        mask[i, :len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
 def nsp_instances(docs_ids, tok: WordPieceTokenizer, T: int, seed: int) -> dict:
     """Sentence pairs as in BERT's create_instances_from_document (dupe factor 1)."""
     rng = random.Random(seed)
@@ -242,15 +257,16 @@ def pretrain(cfg: PretrainConfig) -> dict | None:
     train_ids = tokenize_docs(tok, train_docs)
     if not train_ids:
         raise InputError("the corpus tokenizes to nothing", "check the corpus and tokenizer")
+    sequences = line_by_line if cfg.line_by_line else pack
     feats = (nsp_instances(train_ids, tok, cfg.seq_len, cfg.train.seed) if cfg.nsp
-             else pack(train_ids, tok, cfg.seq_len))
+             else sequences(train_ids, tok, cfg.seq_len))
     masker = Masker(tok, cfg.mlm_probability, cfg.whole_word_mask)
     counts = Counter(t for doc in train_ids for line in doc for t in line)
     unigram_id = counts.most_common(1)[0][0]
     held_ids = tokenize_docs(tok, [held]) if held else []
     eval_feats = None
     if held_ids:
-        eval_feats = pack(held_ids, tok, cfg.seq_len)
+        eval_feats = sequences(held_ids, tok, cfg.seq_len)
         eval_feats = {k: v[:cfg.eval_max_sequences] for k, v in eval_feats.items()}
 
     def make_batch(idx, epoch):

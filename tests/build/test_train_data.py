@@ -19,7 +19,8 @@ from bertonnx.build.train import TokenizerConfig, train_tokenizer
 from bertonnx.build.train import datasets as ds
 from bertonnx.build.train import metrics
 from bertonnx.build.train.masking import mask_tokens, sample_uniform
-from bertonnx.build.train.pretraining import Masker, nsp_instances, pack, read_documents
+from bertonnx.build.train.pretraining import (Masker, line_by_line, nsp_instances, pack,
+                                              read_documents)
 from bertonnx.runtime.errors import InputError
 from bertonnx.runtime.tokenizer import load_tokenizer
 
@@ -173,6 +174,21 @@ def test_pack_fills_sequences(tok):
     body = feats["input_ids"][:, 1:-1][feats["attention_mask"][:, 2:] == 1]
     assert body.tolist() == stream[:len(body)]           # the stream, in order
     assert (feats["input_ids"][:, 0] == tok.cls_token_id).all()
+
+
+def test_line_by_line_is_one_sequence_per_line(tok):
+    texts = ["a man walked .", "the city is big and the man walked to it every day " * 3, "x"]
+    lines = [[tok.backend.encode(t, add_special_tokens=False).ids for t in texts[:2]],
+             [tok.backend.encode(texts[2], add_special_tokens=False).ids]]
+    feats = line_by_line(lines, tok, 16)
+    ids, mask = feats["input_ids"], feats["attention_mask"]
+    assert ids.shape == (3, 16)
+    for row, line in zip(range(3), [lines[0][0], lines[0][1], lines[1][0]]):
+        body = line[:14]                                 # cut at T - 2, never spilling over
+        n = len(body) + 2
+        assert ids[row, :n].tolist() == [tok.cls_token_id, *body, tok.sep_token_id]
+        assert mask[row].tolist() == [1] * n + [0] * (16 - n)
+        assert (ids[row, n:] == tok.pad_token_id).all()
 
 
 def test_nsp_pairs(tok, tmp_path):

@@ -88,6 +88,13 @@ def test_nsp_whole_word_mask_loads_as_bert_for_pretraining(setup, tmp_path):
     assert load_pretrained(out, "pretraining").config.vocab_size == 100
 
 
+def test_line_by_line_trains_and_evaluates_on_lines(setup, tmp_path):
+    out = tmp_path / "lines"
+    result = run(setup, out, line_by_line=True, eval_fraction=0.2, train={"max_steps": 3})
+    assert result["masked_positions"] > 0
+    assert transformers.BertForMaskedLM.from_pretrained(out).config.vocab_size == 100
+
+
 def test_bad_input_fails_before_training(setup, tmp_path, capsys):
     corpus, tok, _ = setup
     empty = tmp_path / "empty.txt"
@@ -95,7 +102,8 @@ def test_bad_input_fails_before_training(setup, tmp_path, capsys):
     cases = [([str(corpus), "--config", "gigantic"], "unknown preset 'gigantic'"),
              ([str(empty), "--config", "tiny"], "has no text"),
              ([str(corpus), "--config", "tiny", "--seq-len", "1000"], "max_position_embeddings"),
-             ([str(tmp_path / "missing.txt")], "does not exist")]
+             ([str(tmp_path / "missing.txt")], "does not exist"),
+             ([str(corpus), "--nsp", "--line-by-line"], "do not go together")]
     for i, (args, message) in enumerate(cases):
         out = tmp_path / f"out{i}"
         capsys.readouterr()
