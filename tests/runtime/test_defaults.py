@@ -27,7 +27,7 @@ def test_shipped_export_is_verified_int8_and_fused():
 
 
 def test_fill_mask_default_answers_english_cloze_sentences():
-    """The shipped int8 export measured 8/55 top-1 and 27/55 top-5 on the cloze set (README,
+    """The shipped int8 export measured 8/55 top-1 and 25/55 top-5 on the cloze set (README,
     "The fill-mask default"); the goal it was trained for — top-5 for half, top-1 for a third —
     is not reached yet. This guards what it does reach, with a margin of three sentences for
     int8 kernels that differ between CPUs. The previous default (a tweet model) scored 0/55."""
@@ -38,7 +38,7 @@ def test_fill_mask_default_answers_english_cloze_sentences():
     r = json.loads(out.stdout)
     top1, top5 = r["top1"], r["top5"]
     assert r["sentences"] >= 40
-    assert top5 >= 24 and top1 >= 5, (top1, top5, r["sentences"])
+    assert top5 >= 22 and top1 >= 5, (top1, top5, r["sentences"])
     fill = load("default")
     # alone, not in the batch: dynamic int8 quantizes each call's activations with that
     # call's own scale, so a text's scores move a little with its batch
