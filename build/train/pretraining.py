@@ -86,6 +86,17 @@ def tokenize_docs(tok: WordPieceTokenizer, docs: list[list[str]]) -> list[list[l
     return out
 
 
+def _framed(bodies: list[list[int]], tok: WordPieceTokenizer, T: int) -> dict:
+    """Each body (at most T - 2 ids) as [CLS] body [SEP], padded to T."""
+    ids = torch.full((len(bodies), T), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(bodies), T), dtype=torch.long)
+    for i, b in enumerate(bodies):
+        seq = [tok.cls_token_id, *b, tok.sep_token_id]
+        ids[i, :len(seq)] = torch.tensor(seq)
+        mask[i, :len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
 def pack(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: int) -> dict:
     """[CLS] t1 t2 ... [SEP] blocks of exactly T tokens cut from the stream of all lines; the
     tail block is kept (padded) when it is at least half full."""
@@ -94,13 +105,7 @@ def pack(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: int) -> di
     blocks = [stream[i:i + L] for i in range(0, len(stream), L)]
     if len(blocks) > 1 and len(blocks[-1]) < L // 2:
         blocks.pop()
-    ids = torch.full((len(blocks), T), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(blocks), T), dtype=torch.long)
-    for i, b in enumerate(blocks):
-        seq = [tok.cls_token_id, *b, tok.sep_token_id]
-        ids[i, :len(seq)] = torch.tensor(seq)
-        mask[i, :len(seq)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    return _framed(blocks, tok, T)
 
 
 def line_by_line(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: int) -> dict:
@@ -108,14 +113,7 @@ def line_by_line(docs_ids: list[list[list[int]]], tok: WordPieceTokenizer, T: in
     transformers' run_mlm.py --line_by_line. A model asked about one short sentence at a time
     (fill-mask) then trains on what it is asked: text that starts at position 1 and ends
     at [SEP], not a window cut from a stream of unrelated lines."""
-    lines = [line[:T - 2] for doc in docs_ids for line in doc]
-    ids = torch.full((len(lines), T), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(lines), T), dtype=torch.long)
-    for i, line in enumerate(lines):
-        seq = [tok.cls_token_id, *line, tok.sep_token_id]
-        ids[i, :len(seq)] = torch.tensor(seq)
-        mask[i, :len(seq)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    return _framed([line[:T - 2] for doc in docs_ids for line in doc], tok, T)
 
 
 def nsp_instances(docs_ids, tok: WordPieceTokenizer, T: int, seed: int) -> dict:
