@@ -15,11 +15,10 @@ Sources (`apt-get install wordnet-base fortunes fortunes-min dict-gcide`):
   definition paragraphs with the markup removed (the dictionary is large and archaic, and its
   style — "Consisting of, or covered with, tar" — pulls a model away from ordinary sentences).
 
-Every line that contains a cloze sentence of either set (the test set, and the dev set that
-picks checkpoints) (filled with its expected word, case and spacing
-ignored) is dropped, so the cloze score measures English, not recall. Lines are shuffled with
---seed; one document per source paragraph is not needed (no NSP), so the output has no blank
-lines.
+Every line that contains a sentence of either cloze set — the test set, or the dev set that
+picks checkpoints — filled with its expected word (case and spacing ignored) is dropped, so
+the cloze score measures English, not recall. Lines are shuffled with --seed; one document
+per source paragraph is not needed (no NSP), so the output has no blank lines.
 
     python scripts/english_corpus.py corpus OUT.txt [--seed 0] [--gcide-lines N] [--stdlib DIR]
                                        [--prose-words N]
@@ -41,6 +40,7 @@ CLOZE_DEV = Path(__file__).resolve().parent / "data" / "cloze_en_dev.tsv"
 WORDNET = Path("/usr/share/wordnet")
 FORTUNES = Path("/usr/share/games/fortunes")
 GCIDE = Path("/usr/share/dictd/gcide.dict.dz")
+PROSE_WORDS = 60  # words per line of running prose (--prose-words)
 
 
 def read_cloze(path: Path = CLOZE) -> list[tuple[str, tuple[str, ...]]]:
@@ -100,20 +100,23 @@ def fortune_lines():
                 yield text
 
 
-def _prose_chunks(text: str, max_words: int = 60):
-    """Whole sentences of running prose, grouped into lines of at most ~max_words words."""
+def _prose_chunks(text: str, words: int):
+    """Whole sentences of running prose, grouped into lines of about `words` words (a line
+    ends with the sentence that reaches it)."""
     text = re.sub(r"\((Applause|Laughter)\.?\)", "", " ".join(text.split()))
     chunk: list[str] = []
+    n = 0
     for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z\"“‘])", text):
         chunk.append(sentence)
-        if sum(len(x.split()) for x in chunk) >= max_words:
+        n += len(sentence.split())
+        if n >= words:
             yield " ".join(chunk)
-            chunk = []
+            chunk, n = [], 0
     if chunk:
         yield " ".join(chunk)
 
 
-def stdlib_lines(root: Path | None, words: int = 60):
+def stdlib_lines(root: Path | None, words: int = PROSE_WORDS):
     if root is None:
         return
     sotu = sorted(root.glob("*sotu*/package/data/*.txt"))
@@ -147,11 +150,13 @@ def gcide_lines(limit: int):
 
 
 def build_corpus(out: Path, seed: int, gcide: int, stdlib: Path | None = None,
-                 prose_words: int = 60) -> dict:
-    filled = [_norm(t.replace("[MASK]", a[0])) for t, a in read_cloze() + read_cloze(CLOZE_DEV)]
+                 prose_words: int = PROSE_WORDS) -> dict:
+    cloze = read_cloze() + read_cloze(CLOZE_DEV)
+    filled = [_norm(t.replace("[MASK]", a[0])) for t, a in cloze]
     counts, lines, dropped = {}, [], 0
-    for name, source in (("wordnet", wordnet_lines()), ("fortunes", fortune_lines()),
-                         ("gcide", gcide_lines(gcide)), ("stdlib", stdlib_lines(stdlib, prose_words))):
+    sources = (("wordnet", wordnet_lines()), ("fortunes", fortune_lines()),
+               ("gcide", gcide_lines(gcide)), ("stdlib", stdlib_lines(stdlib, prose_words)))
+    for name, source in sources:
         seen = 0
         for line in source:
             norm = _norm(line)
@@ -196,15 +201,15 @@ def main() -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--gcide-lines", type=int, default=0)
     c.add_argument("--stdlib", type=Path, default=None)
-    c.add_argument("--prose-words", type=int, default=60)
+    c.add_argument("--prose-words", type=int, default=PROSE_WORDS)
     s = sub.add_parser("cloze")
     s.add_argument("export")
     s.add_argument("--json", action="store_true")
     s.add_argument("--dev", action="store_true", help="the dev set (for choosing checkpoints)")
     a = ap.parse_args()
     if a.cmd == "corpus":
-        print(json.dumps(build_corpus(a.out, a.seed, a.gcide_lines, a.stdlib,
-                                            a.prose_words), indent=2))
+        built = build_corpus(a.out, a.seed, a.gcide_lines, a.stdlib, a.prose_words)
+        print(json.dumps(built, indent=2))
         return
     r = score_cloze(a.export, CLOZE_DEV if a.dev else CLOZE)
     if a.json:

@@ -120,7 +120,6 @@ class LiveServer:
                           timeout=GUARD_S)
 
 
-
 class Raw:
     """One TCP connection speaking HTTP/1.1 by hand."""
 
