@@ -51,7 +51,7 @@ def measure(folder: Path, rows: int = 2048, repeats: int = 3, chunk_size: int = 
         options = JobOptions(src, out, chunk_size=chunk_size, force=True, progress=False)
         engines = [("library", lambda: pipe(texts)), ("bulk", lambda: run_job(pipe, options))]
         if ray is not None:
-            from bertonnx.runtime.bulk.ray_job import RayOptions
+            from bertonnx.runtime.bulk.ray_job import RayOptions  # imports ray: only with --ray
 
             remote = dataclasses.replace(options, output=Path(tmp) / "ray.jsonl")
             engines.append(("ray", lambda: run_job(pipe, remote, RayOptions(ray, actors))))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from .folder import bench_folder
+from .report import format_report
 from .runner import QUICK, BenchOptions
 
 
@@ -37,9 +39,6 @@ def _say(msg: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def bench(folder, reference, texts_file, count, repeats, threads, quick, no_cold_start, as_json):
     """Measure an export FOLDER: end-to-end throughput, latency, GFLOP/s, cold start, size."""
-    from .folder import bench_folder
-    from .report import format_report
-
     sizes = {} if quick else dict(texts=count, repeats=repeats)  # --quick wins over defaults
     options = _options(quick, threads=threads, cold_start=not no_cold_start, **sizes)
     result = bench_folder(folder, reference=reference, options=options, texts_file=texts_file,
@@ -67,8 +66,9 @@ def bench(folder, reference, texts_file, count, repeats, threads, quick, no_cold
 def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no_optimum,
                     no_cold_start, json_path):
     """The full comparison: bertonnx fp32/int8 vs torch, transformers and Optimum."""
+    # torch and the export (the torch extra) only for the comparison: `bertonnx bench` runs
+    # without them; and compare.py's `python -m` entry imports this module
     from .compare import CompareOptions, compare
-    from .report import format_report
 
     options = _options(quick, texts=texts, repeats=repeats, threads=threads,
                        cold_start=not no_cold_start)
@@ -90,6 +90,7 @@ def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no
               help="Also each graph's time per op type (onnxruntime's profiler).")
 def cpu_time_command(graphs, batch, seq, repeats, config, profile):
     """CPU ms per forward of ONNX GRAPHS on one thread, interleaved round-robin."""
+    # cpu_time.py's `python -m` entry imports this module: imported here, there is no cycle
     from .cpu_time import cpu_times, format_cpu_times, format_op_profile, op_profile
 
     click.echo(format_cpu_times(cpu_times(list(graphs), batch=batch, seq=seq, repeats=repeats,

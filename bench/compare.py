@@ -24,7 +24,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertonnx.runtime.cpu import this_kind
+import torch
+
+from bertonnx.build import default_model_dir, load_pretrained, save_pretrained
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.export.int8.settings import Int8Settings
+from bertonnx.runtime.core.cpu import this_kind
+from bertonnx.runtime.core.manifest import Manifest
 
 from .engines import onnx_engine, torch_engine, transformers_engine
 from .footprint import cli_argv, transformers_script_argv
@@ -61,10 +67,6 @@ def checkpoint(model: str, work: Path) -> Path:
     out = work / "checkpoint"
     if (out / "model.safetensors").is_file():
         return out
-    import torch
-
-    from bertonnx.build import default_model_dir, load_pretrained, save_pretrained
-
     torch.manual_seed(SEED)
     m = load_pretrained(default_model_dir(), TASK, id2label=LABELS)
     save_pretrained(m, out, tokenizer_from=default_model_dir())  # every engine tokenizes
@@ -74,10 +76,6 @@ def checkpoint(model: str, work: Path) -> Path:
 def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = None) -> Path:
     """Our export (reused when its manifest says it is the same source and settings).
     `int8`: "default" or "per_channel,QInt8,reduce_range"-style overrides of Int8Settings."""
-    from bertonnx.export import ExportOptions, export_model
-    from bertonnx.export.quantize import Int8Settings
-    from bertonnx.runtime.manifest import Manifest
-
     settings = None
     if quantize == "int8" and int8 not in (None, "default"):
         words = set(int8.split(","))
@@ -107,8 +105,6 @@ def has_optimum(module: str = "optimum.onnxruntime") -> bool:
 
 def compare(options: BenchOptions, setup: CompareOptions = CompareOptions()) -> Result:
     """Make (or reuse) every artifact, run every engine on them, judge the targets."""
-    from bertonnx.runtime.manifest import Manifest
-
     threads = options.n_threads
     work = setup.work.resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -12,12 +12,13 @@ fusion); wall-clock, multi-thread figures come from `python -m bertonnx.bench.co
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.session import create_session
+from bertonnx.runtime.core.session import create_session
 
 from .inputs import random_feeds
 from .machine import cpu_clock_ghz, cpu_peak_model, percent_of_peak
@@ -55,8 +56,6 @@ def op_profile(graph: Path, *, batch: int = 32, seq: int = 128, runs: int = 5,
                config: Path | None = None) -> dict:
     """Where one thread's forward goes, per op type: onnxruntime's profiler, each op type's
     time summed within a run, the median over `runs` (after one warm-up run), in ms."""
-    import tempfile
-
     cfg = json.loads(Path(config or Path(graph).parent / "config.json").read_text())
     feeds = random_feeds(batch, seq, int(cfg["vocab_size"]))
     with tempfile.TemporaryDirectory(prefix="bertonnx-profile-") as d:
@@ -96,7 +95,7 @@ _INT8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "MatMulNBit
 def graph_precision(path: Path) -> str:
     """int8 when the graph holds integer matmul ops, else fp32 (read with onnx, weights
     not loaded; fp32 when onnx is not installed)."""
-    try:
+    try:  # onnx is optional here (the torch extra): without it, fp32
         import onnx
     except ImportError:
         return "fp32"

@@ -18,7 +18,11 @@ from typing import Callable
 
 import numpy as np
 
-from bertonnx.runtime.contract import INPUT_NAMES
+from bertonnx.runtime.core.batches import micro_batches
+from bertonnx.runtime.core.contract import INPUT_NAMES
+from bertonnx.runtime.core.pipelines import load
+from bertonnx.runtime.core.tasks import task_record
+from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from .inputs import model_max_length, plain_texts, random_feeds
 
@@ -51,15 +55,13 @@ def top_labels(task: str, results: list) -> list:
         if isinstance(r, (np.ndarray, list)):
             return None
         return r
-    if task == "feature-extraction":
+    if task_record(task).vector_output:  # a vector per input: no label to compare
         return [None] * len(results)
     return [one(r) for r in results]
 
 
 def onnx_engine(name: str, folder: Path, threads: int) -> Engine:
-    """bertonnx's own pipeline and session (runtime/session.py's), as users get them."""
-    from bertonnx.runtime import load
-
+    """bertonnx's own pipeline and session (runtime/core/session.py's), as users get them."""
     pipe = load(folder, threads=threads)
     task = pipe.task
     session = pipe.session
@@ -76,11 +78,10 @@ def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: 
                  ) -> Engine:
     """The scratch torch model with the same tokenizer, length-sorted batches of 32 and
     softmax/argmax post-processing (less than a pipeline does: a lower bound on its time)."""
+    # torch and the scratch model only for this baseline: `bertonnx bench` runs without them
     import torch
 
     from bertonnx.build import load_pretrained
-    from bertonnx.runtime.batches import micro_batches
-    from bertonnx.runtime.tokenizer import load_tokenizer
 
     model = load_pretrained(reference, task)
     # process-wide: also what the transformers (and Optimum) pipelines get afterwards
@@ -117,7 +118,7 @@ def best_torch_threads(model, threads: int, vocab: int) -> int:
     mid-size forward. Measured here: with a neighbour busy on one of 2 cores, torch's OpenMP
     at 2 threads took 480 ms for a b=1 s=16 MiniLM forward that 1 thread does in 18 ms (each
     parallel region waits for a descheduled thread); the baselines get their best setting."""
-    import torch
+    import torch  # the torch baselines only: the bench runs without torch
 
     if threads <= 1:
         return 1
@@ -160,11 +161,10 @@ def hf_pipeline_engine(name: str, make_pipeline: Callable[[int], object], task: 
 
 def _call_hf(pipe, task: str, inputs: list, max_length: int):
     """The inputs in the forms transformers' pipelines take, one result per input."""
-    if task == "question-answering":
-        out = pipe(question=[x["question"] for x in inputs],
-                   context=[x["context"] for x in inputs])
+    if inputs and isinstance(inputs[0], dict):  # several fields (QA's): a list per keyword
+        out = pipe(**{name: [x[name] for x in inputs] for name in inputs[0]})
         return out if isinstance(out, list) else [out]
-    if task == "text-classification":
+    if task_record(task).hf_truncation:
         # truncated to the same length as bertonnx's pipelines, or long passages crash it
         return pipe(inputs, truncation=True, max_length=max_length)
     return pipe(inputs)
@@ -172,7 +172,7 @@ def _call_hf(pipe, task: str, inputs: list, max_length: int):
 
 def transformers_engine(reference: str | Path, task: str, inputs: list,
                         batch_sizes: tuple[int, ...]) -> Engine:
-    from transformers import pipeline
+    from transformers import pipeline  # transformers is optional: only for this baseline
 
     def make(bs):  # torch's thread count: set by torch_engine (best_torch_threads)
         return pipeline(task, model=str(reference), tokenizer=str(reference), device=-1,

@@ -24,6 +24,12 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+
+from bertonnx.build import default_model_dir
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
+
 from .compare import has_optimum
 from .footprint import _SPAWN
 from .timing import stats
@@ -37,11 +43,7 @@ MIN_FREE_GB = {"base": 4, "large": 12}  # the machine is shared: refuse rather t
 
 def make_checkpoint(shape: str, out: Path) -> Path:
     """A random fill-mask checkpoint of `shape` (LayerNorms moved off 1/0) with a tokenizer."""
-    import torch
-    import transformers
-
-    from bertonnx.build import default_model_dir
-    from bertonnx.build.save import TOKENIZER_FILES
+    import transformers  # the test extra's: only to make a random checkpoint
 
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=30522,
@@ -124,8 +126,6 @@ def _rss_mib() -> float:
 
 
 def _stages_child(ckpt: str, task: str, extra: list[str]) -> list[dict]:
-    from bertonnx.export import ExportOptions, export_model
-
     steps: list[dict] = []
     stop = threading.Event()
 

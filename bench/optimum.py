@@ -14,13 +14,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from bertonnx.runtime.tokenizer import TOKENIZER_FILES
+import onnxruntime as ort
+
+from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
 
 from .engines import Engine, hf_pipeline_engine
 from .inputs import model_max_length
 
 TASK = "text-classification"  # ORTModelForSequenceClassification: the comparison's one task
-# The AutoQuantizationConfig Optimum documents per CPU kind (runtime/cpu.py's kinds; it has
+# The AutoQuantizationConfig Optimum documents per CPU kind (runtime/core/cpu.py's kinds; it has
 # none for AMX, whose CPUs also have AVX-512 VNNI)
 OPTIMUM_CONFIG = {"amx": "avx512_vnni", "avx512-vnni": "avx512_vnni", "avx512": "avx512",
                   "avx2": "avx2", None: "avx2"}
@@ -33,6 +35,7 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
     avx512_vnni; per_channel=False as in its examples).
 
     Returns {"fp32": (dir, file), "int8": (dir, file), "notes": [...]}."""
+    # Optimum (the bench extra) only when it is compared: compare.py checks has_optimum first
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
 
@@ -86,7 +89,7 @@ def optimum_engine(name: str, folder: Path, file_name: str, inputs: list, thread
     row ran Optimum's graph in bertonnx's session factory, which since keeps onnxruntime from
     fusing the residual norms into its slow CPU SkipLayerNormalization — a gain Optimum's
     users do not get.)"""
-    import onnxruntime as ort
+    # Optimum (the bench extra) and transformers only when Optimum is compared
     from optimum.onnxruntime import ORTModelForSequenceClassification
     from transformers import AutoTokenizer, pipeline
 

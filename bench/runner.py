@@ -15,7 +15,9 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tasks import task_record
+from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from .engines import Engine
 from .footprint import cold_start, folder_size
@@ -70,8 +72,6 @@ class Workload:
 def run(engines: list[Engine], options: BenchOptions, workload: Workload,
         say=lambda m: None) -> Result:
     """Time `engines` on the same inputs and feeds, then cold starts and sizes."""
-    from bertonnx.runtime.tokenizer import load_tokenizer
-
     result = Result(machine_info(options.n_threads), asdict(options), workload.baseline)
     for e in engines:
         result.machine.update(e.facts)
@@ -108,7 +108,7 @@ def _end_to_end(engines, options, workload, result, say) -> None:
     for name, t in times.items():
         s = stats(t)
         row = {"items_per_s": len(inputs) / s["median"], "seconds": s}
-        if ref is not None and workload.task != "feature-extraction":
+        if ref is not None and not task_record(workload.task).vector_output:
             row["agreement"] = sum(a == b for a, b in zip(answers[name], ref)) / len(ref)
         result.end_to_end[name] = row
 

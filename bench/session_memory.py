@@ -24,6 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import onnx
+
+from bertonnx.export.graph import graph_bytes
+from bertonnx.runtime.core.session import create_session
+
 WAYS = {"single file, path": ("path", False), "single file, bytes": ("bytes", False),
         "single file, prepacking off": ("path", True),
         "external data (exports now)": ("external", False),
@@ -31,7 +37,7 @@ WAYS = {"single file, path": ("path", False), "single file, bytes": ("bytes", Fa
 
 _CHILD = r"""
 import json, sys, numpy as np
-from bertonnx.runtime.session import create_session
+from bertonnx.runtime.core.session import create_session
 path, source, no_prepack = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 def rss(key="VmRSS"):
     for line in open("/proc/self/status"):
@@ -50,8 +56,6 @@ print(json.dumps({"base_mib": base, "resident_mib": rss(),
 
 def copies(graph: Path, folder: Path) -> dict[str, Path]:
     """The graph with its weights inside ("path") and in an external data file ("external")."""
-    import onnx
-
     (folder / "single").mkdir()
     (folder / "external").mkdir()
     single, external = folder / "single" / "model.onnx", folder / "external" / "model.onnx"
@@ -62,8 +66,6 @@ def copies(graph: Path, folder: Path) -> dict[str, Path]:
 
 
 def measure(export: Path, rounds: int, repeats: int = 3) -> dict:
-    from bertonnx.export.graph import graph_bytes
-
     graph = export / "model.onnx"
     weights = graph_bytes(graph) / 2**20
     with tempfile.TemporaryDirectory() as d:
@@ -85,10 +87,6 @@ def measure(export: Path, rounds: int, repeats: int = 3) -> dict:
 
 def speed(paths: dict, rounds: int) -> dict[str, float]:
     """Median ms of a b32 s128 forward per way, round-robin (bytes = path: same session)."""
-    import numpy as np
-
-    from bertonnx.runtime.session import create_session
-
     sessions = {name: create_session(paths[source], prepacking=not no_prepack)
                 for name, (source, no_prepack) in WAYS.items() if source != "bytes"}
     ids = np.random.default_rng(0).integers(1000, 20000, (32, 128), dtype=np.int64)

@@ -1,5 +1,5 @@
 """bertonnx.build — the scratch PyTorch BERT, its heads, HF checkpoint IO, tokenizer, training."""
-from bertonnx.runtime.tokenizer import WordPieceTokenizer, load_tokenizer
+from bertonnx.runtime.core.tokenizer import WordPieceTokenizer, load_tokenizer
 
 from .checkpoint import (LoadedCheckpoint, default_model_dir, load_checkpoint, load_pretrained,
                          save_pretrained)

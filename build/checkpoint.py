@@ -18,15 +18,19 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
 import torch
+from safetensors.torch import load_file
 
-from bertonnx.runtime import defaults
-from bertonnx.runtime.contract import ARCHITECTURE_TASKS
-from bertonnx.runtime.errors import ArtifactError, ConfigError
-from bertonnx.runtime.files import read_json_object
+from bertonnx.runtime.core import defaults
+from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS
+from bertonnx.runtime.core.errors import ArtifactError, ConfigError
+from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
+from bertonnx.runtime.core.files import read_json_object
 
-from .config import BertConfig, family_of
+from .config import BertConfig
 from .heads import Bert, task_spec
+from .keys import key_table
 from .save import TOKENIZER_FILES, hf_state_dict, save_pretrained, write_config
 
 __all__ = ["LoadedCheckpoint", "load_checkpoint", "load_pretrained", "save_pretrained",
@@ -41,7 +45,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def default_model_dir() -> Path:
-    """The default checkpoint (all-MiniLM-L6-v2): bertonnx.runtime.defaults names it."""
+    """The default checkpoint (all-MiniLM-L6-v2): bertonnx.runtime.core.defaults names it."""
     return defaults.checkpoint_dir()
 
 
@@ -58,12 +62,10 @@ def resolve(path_or_hub_id: str | Path) -> Path:
     if not _HUB_ID.match(name) or name.startswith("."):
         raise ArtifactError(f"model folder {name} does not exist", "check the path")
     try:
-        from huggingface_hub import snapshot_download
-
         patterns = ["config.json", "*.safetensors", "*.safetensors.index.json",
                     "pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json",
                     *TOKENIZER_FILES]
-        return Path(snapshot_download(name, allow_patterns=patterns))
+        return Path(huggingface_hub.snapshot_download(name, allow_patterns=patterns))
     except Exception as e:  # offline, unknown repo, gated: all one message for the user
         raise ArtifactError(
             f"{name} is not a local folder and could not be fetched from the Hugging Face hub "
@@ -79,7 +81,7 @@ def infer_task(path_or_hub_id: str | Path) -> str:
         raise ArtifactError(f"no config.json in {folder}", "point at a Hugging Face model folder")
     hf = read_json_object(config, "restore the file")
     try:  # an unsupported family is the problem to name, not its class names
-        family_of(hf.get("model_type", "bert"))
+        family(hf.get("model_type", DEFAULT_MODEL_TYPE))
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
     arches = hf.get("architectures") or []
@@ -94,8 +96,6 @@ def infer_task(path_or_hub_id: str | Path) -> str:
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of a HF checkpoint folder, by their HF names. Never unpickles code."""
-    from safetensors.torch import load_file
-
     def reason(e: Exception) -> str:  # torch's unpickling errors run to many lines
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
@@ -141,7 +141,7 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 def convert_state_dict(hf_state: dict[str, torch.Tensor], model: Bert) -> tuple[dict, list, list]:
     """HF names -> ours. Returns (ours, unused-by-this-task HF keys, unknown HF keys)."""
     wanted = model.state_dict()
-    keys = model.config.family.keys
+    keys = key_table(model.config.model_type)
     ours, unused, unknown = {}, [], []
     for key, tensor in hf_state.items():
         try:
@@ -191,15 +191,15 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
         torch.manual_seed(0)
         model = Bert(config, task)
     ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
-    family = config.family
-    ours_to_hf = family.keys.to_hf
+    row = config.family
+    ours_to_hf = key_table(config.model_type).to_hf
     if unknown:
         raise ArtifactError(
-            f"{folder} has weights that are not {family.name}'s: "
+            f"{folder} has weights that are not {row.name}'s: "
             f"{', '.join(sorted(unknown)[:8])}"
             + (f" (+{len(unknown) - 8} more)" if len(unknown) > 8 else ""),
-            f"load a {family.name} checkpoint ({family.class_prefix}Model or "
-            f"{family.class_prefix}For<Task>), or fix model_type in config.json")
+            f"load a {row.name} checkpoint ({row.class_prefix}Model or "
+            f"{row.class_prefix}For<Task>), or fix model_type in config.json")
     wanted = model.state_dict()
     reinit = []
     for name, tensor in list(ours.items()):

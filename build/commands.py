@@ -10,7 +10,11 @@ from pathlib import Path
 
 import click
 
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.cli.progress import Progress  # the bar the training commands show
+from bertonnx.runtime.core.errors import InputError
+
+from . import train
+from .train import FinetuneConfig, PretrainConfig, TokenizerConfig, TrainConfig
 
 
 def _loop_options(f):
@@ -46,8 +50,6 @@ def _loop_options(f):
 
 
 def _train_config(kw: dict, lr: float):
-    from bertonnx.build.train import TrainConfig
-
     return TrainConfig(out=kw["out"], max_steps=kw["max_steps"], epochs=kw["epochs"],
                        batch_size=kw["batch_size"], grad_accum=kw["grad_accum"], lr=lr,
                        warmup=kw["warmup"], weight_decay=kw["weight_decay"],
@@ -72,11 +74,8 @@ def _report(result: dict | None, out: Path) -> None:
 @click.option("--min-frequency", type=int, default=2, show_default=True)
 def train_tokenizer(corpus, vocab_size, out, cased, min_frequency):
     """Learn a BERT WordPiece vocabulary from CORPUS text files."""
-    from bertonnx.build.train import TokenizerConfig
-    from bertonnx.build.train import train_tokenizer as run
-
-    path = run(TokenizerConfig(corpus=corpus, out=out, vocab_size=vocab_size, cased=cased,
-                               min_frequency=min_frequency))
+    path = train.train_tokenizer(TokenizerConfig(corpus=corpus, out=out, vocab_size=vocab_size,
+                                                 cased=cased, min_frequency=min_frequency))
     click.echo(f"saved tokenizer to {path}")
 
 
@@ -101,9 +100,6 @@ def train_tokenizer(corpus, vocab_size, out, cased, min_frequency):
 def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, line_by_line,
              mlm_probability, init_from, eval_fraction, **kw):
     """Pretrain a BERT with masked-LM (and optionally NSP) on CORPUS text files."""
-    from bertonnx.build.train import PretrainConfig
-    from bertonnx.build.train import pretrain as run
-
     if not corpus:
         raise InputError("no corpus files given", "pass one or more text files")
     cfg = PretrainConfig(corpus=corpus, tokenizer=tokenizer, model=model,
@@ -111,7 +107,7 @@ def pretrain(corpus, tokenizer, model, seq_len, lr, nsp, whole_word_mask, line_b
                          whole_word_mask=whole_word_mask, line_by_line=line_by_line,
                          mlm_probability=mlm_probability,
                          init_from=init_from, eval_fraction=eval_fraction)
-    _report(run(cfg), cfg.train.out)
+    _report(train.pretrain(cfg, Progress), cfg.train.out)
 
 
 @click.command("finetune")
@@ -131,10 +127,7 @@ def finetune(model, task, train_file, eval_file, lr, max_seq_len, doc_stride, ma
              **kw):
     """Fine-tune MODEL (a folder, a hub id or `default`) for TASK; writes the model and
     eval_results.json."""
-    from bertonnx.build.train import FinetuneConfig
-    from bertonnx.build.train import finetune as run
-
     cfg = FinetuneConfig(model=model, task=task, train_file=train_file, eval_file=eval_file,
                          train=_train_config(kw, lr), max_seq_len=max_seq_len,
                          doc_stride=doc_stride, max_query_len=max_query_len)
-    _report(run(cfg), cfg.train.out)
+    _report(train.finetune(cfg, Progress), cfg.train.out)

@@ -3,7 +3,7 @@ config.json.
 
 Reference: transformers' `BertConfig` (same field names, so `from_hf`/`to_hf` are near identity
 for BERT); the other families (`model_type`) rename a few fields and fix others, as their row in
-families.py says.
+runtime/core/families.py says.
 """
 from __future__ import annotations
 
@@ -12,27 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertonnx.runtime.errors import ArtifactError, ConfigError
-from bertonnx.runtime.files import read_json_object
-
-from .families import FAMILIES, Family
+from bertonnx.runtime.core.errors import ArtifactError, ConfigError
+from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, Family, family as family_of
+from bertonnx.runtime.core.files import read_json_object
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "swish")
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 
 
-def family_of(model_type: str) -> Family:
-    """The family row of a config.json model_type; ConfigError naming the supported ones."""
-    try:
-        return FAMILIES[model_type]
-    except KeyError:
-        raise ConfigError(f"model_type {model_type!r} is not supported",
-                          f"bertonnx loads {', '.join(FAMILIES)} checkpoints") from None
-
-
 @dataclass(frozen=True)
 class BertConfig:
-    model_type: str = "bert"  # the family (families.py): which switches the encoder turns
+    model_type: str = DEFAULT_MODEL_TYPE  # the family (its row): which switches the encoder turns
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -87,7 +77,7 @@ class BertConfig:
 
     @property
     def family(self) -> Family:
-        return FAMILIES[self.model_type]
+        return family_of(self.model_type)
 
     @property
     def embedding_dim(self) -> int:
@@ -112,7 +102,7 @@ class BertConfig:
     @property
     def position_offset(self) -> int:
         """RoBERTa numbers positions from pad_token_id + 1 (fairseq's make_positions)."""
-        return self.pad_token_id + 1 if self.family.positions_from_padding else 0
+        return self.family.position_offset(self.pad_token_id)
 
     @property
     def max_tokens(self) -> int:
@@ -161,7 +151,7 @@ class BertConfig:
 
     @classmethod
     def _from_hf_dict(cls, source: dict) -> "BertConfig":
-        model_type = source.get("model_type", "bert")
+        model_type = source.get("model_type", DEFAULT_MODEL_TYPE)
         family = family_of(model_type)
         pos = source.get("position_embedding_type", "absolute")
         if pos != "absolute":

@@ -1,9 +1,9 @@
 """Task heads composed on the one encoder, and the task table that picks them.
 
 Each head takes the encoder's (hidden (B, T, H), pooled (B, H) or None) and returns what
-the README's task table promises. Losses are pure functions in `losses.py`, not in forward.
-A family's own heads (families.py) are switches here too: the MLM head's width and activation,
-and which sequence classifier (`SEQUENCE_HEADS`) sits on the encoder.
+the task table promises (docs/build.md). Losses are pure functions in `losses.py`, not in forward.
+A family's own heads (its row in runtime/core/families.py) are switches here too: the MLM head's
+width and activation, and which sequence classifier (`SEQUENCE_HEADS`) sits on the encoder.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertonnx.runtime.contract import HF_CLASS_PREFIXES
-from bertonnx.runtime.contract import TASKS as CONTRACTS
-from bertonnx.runtime.errors import ConfigError
+from bertonnx.runtime.core.errors import ConfigError
+from bertonnx.runtime.core.families import FAMILIES, family
+from bertonnx.runtime.core.tasks import TASKS as RECORDS
 
 from .config import BertConfig
 from .model import Encoder, activation, init_weights
@@ -126,7 +126,7 @@ SEQUENCE_HEADS = {"pooled": ClassifierHead, "dense": DenseClassifierHead,
 
 
 def sequence_head(c: BertConfig, enc: Encoder) -> nn.Module:
-    """The family's own sequence-classification head (families.py `classifier`)."""
+    """The family's own sequence-classification head (its row's `classifier`)."""
     return SEQUENCE_HEADS[c.family.classifier](c, enc)
 
 
@@ -169,28 +169,26 @@ class TaskSpec:
     head: type            # or a function (config, encoder) -> head module
     hf_suffix: str        # the transformers class of the task, less the family's prefix
     model_types: tuple[str, ...] | None = None  # the families that have the task (None: all)
-    # Whether the model carries a pooler is the family's (families.py `pooler_tasks`); the
-    # graph's outputs are the export contract's (runtime/contract.py), not declared here.
+    per_token: bool = False  # the loss is a mean over labelled tokens (losses.loss_items)
+    # Whether the model carries a pooler is the family's (its row's `pooler_tasks`); the
+    # graph's outputs are the task record's (runtime/core/tasks.py), not declared here.
 
     @property
     def hf_class(self) -> str:
         """BERT's class for the task (a model's own: `Bert.hf_class`)."""
-        return HF_CLASS_PREFIXES["bert"] + self.hf_suffix
+        return family().class_prefix + self.hf_suffix
 
 
-def _spec(task: str, head) -> TaskSpec:
-    """An exportable task's spec: its transformers class comes from the task's contract."""
-    return TaskSpec(head, CONTRACTS[task].hf_suffix)
-
+# The head each task record (runtime/core/tasks.py `head`) names, built on the encoder.
+HEADS = {"mlm": FillMaskHead, "sequence": sequence_head, "token": TokenClassifierHead,
+         "span": SpanHead, "identity": IdentityHead}
 
 TASKS: dict[str, TaskSpec] = {
-    "fill-mask": _spec("fill-mask", FillMaskHead),
-    "text-classification": _spec("text-classification", sequence_head),
-    "token-classification": _spec("token-classification", TokenClassifierHead),
-    "question-answering": _spec("question-answering", SpanHead),
-    "feature-extraction": _spec("feature-extraction", IdentityHead),
-    # training only: no export, no pipeline, so no contract
-    "pretraining": TaskSpec(PretrainingHead, "ForPreTraining", ("bert",)),
+    **{name: TaskSpec(HEADS[record.head], record.hf_suffix, per_token=record.per_token)
+       for name, record in RECORDS.items()},
+    # training only: no export, no pipeline, so no task record
+    "pretraining": TaskSpec(PretrainingHead, "ForPreTraining", tuple(
+        f.model_type for f in FAMILIES.values() if f.builds_pretraining), per_token=True),
 }
 
 
@@ -202,7 +200,7 @@ def task_spec(task: str) -> TaskSpec:
 
 
 class Bert(nn.Module):
-    """One encoder, one head. `forward` returns what the README's task table lists for `task`."""
+    """One encoder, one head. `forward` returns what docs/build.md's task table lists for `task`."""
 
     def __init__(self, config: BertConfig, task: str):
         super().__init__()

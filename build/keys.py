@@ -2,14 +2,18 @@
 
 Templates use `{}` for each layer index; `None` means the HF key is dropped on load (a buffer, a
 weight tied to another, or a pretraining head no task serves). A regex turns a real key into its
-template. `KEY_TABLES` keys them by config.json's `model_type`. Reference: gpt-fast's
-convert_hf_checkpoint and litgpt's weight maps; the HF names are transformers 4.57's modeling_*.
+template. `KEY_TABLES` keys them by the base model's attribute, the name a family's row
+(runtime/core/families.py `key_map`) gives; `key_table` finds a model_type's. Reference:
+gpt-fast's convert_hf_checkpoint and litgpt's weight maps; the HF names are transformers 4.57's
+modeling_*.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
+from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
 
 
 def _bert_body(p: str) -> dict[str, str | None]:
@@ -241,23 +245,25 @@ class KeyTable:
         return hf.removeprefix(self.prefix + ".") if bare else hf
 
 
-_ROBERTA = KeyTable("roberta", ROBERTA)
-KEY_TABLES = MappingProxyType({
-    "bert": KeyTable("bert", BERT),
-    "roberta": _ROBERTA, "xlm-roberta": _ROBERTA, "camembert": _ROBERTA,
-    "distilbert": KeyTable("distilbert", DISTILBERT),
-    "electra": KeyTable("electra", ELECTRA),
-    "albert": KeyTable("albert", ALBERT),
-})
+# key map name (the base model's attribute, XLM-R's and CamemBERT's too: roberta) -> table
+KEY_TABLES = MappingProxyType({t.prefix: t for t in (
+    KeyTable("bert", BERT), KeyTable("roberta", ROBERTA), KeyTable("distilbert", DISTILBERT),
+    KeyTable("electra", ELECTRA), KeyTable("albert", ALBERT))})
+
+
+def key_table(model_type: str) -> KeyTable:
+    """The table of a config.json model_type, by its family row's `key_map`."""
+    return KEY_TABLES[family(model_type).key_map]
+
 
 # BERT's table under its historical names (tests and scripts read these).
 HF_TO_OURS = BERT
 OURS_TO_HF = KEY_TABLES["bert"].ours_to_hf_map
 
 
-def hf_to_ours(key: str, model_type: str = "bert") -> str | None:
-    return KEY_TABLES[model_type].to_ours(key)
+def hf_to_ours(key: str, model_type: str = DEFAULT_MODEL_TYPE) -> str | None:
+    return key_table(model_type).to_ours(key)
 
 
-def ours_to_hf(key: str, model_type: str = "bert") -> str:
-    return KEY_TABLES[model_type].to_hf(key)
+def ours_to_hf(key: str, model_type: str = DEFAULT_MODEL_TYPE) -> str:
+    return key_table(model_type).to_hf(key)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bertonnx.runtime.errors import ConfigError
+from bertonnx.runtime.core.errors import ConfigError
+
+from .heads import task_spec
 
 IGNORE = -100  # label value that contributes nothing (HF's and torch's ignore_index)
 
@@ -77,7 +79,8 @@ def loss_items(task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """How many terms the task's mean averages over in this batch. The trainer weights each
     micro-batch by it so that the loss (and gradient) of a global batch does not depend on how
     it was split over processes and accumulation steps. (With NSP the sentence term is weighted
-    by the masked-token count too: exact for the MLM part, close for NSP.)"""
-    if task in ("fill-mask", "pretraining", "token-classification"):
+    by the masked-token count too: exact for the MLM part, close for NSP.) A task whose loss
+    is a mean over tokens (its TaskSpec's `per_token`) counts labelled tokens, others rows."""
+    if task_spec(task).per_token:
         return (batch["labels"] != IGNORE).sum()
     return torch.tensor(batch["input_ids"].shape[0])

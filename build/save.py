@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
-from bertonnx.runtime.tokenizer import TOKENIZER_FILES  # the one list, shared with the runtime
+# the one list of tokenizer files, shared with the runtime
+from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
 
 from .config import BertConfig
+from .keys import key_table
 
 __all__ = ["TOKENIZER_FILES", "write_config", "hf_state_dict", "copy_tokenizer_files",
            "save_pretrained"]
@@ -34,9 +38,10 @@ def write_config(config: BertConfig, hf_class: str, folder: str | Path) -> Path:
 def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Our weights by HF names, as `model.hf_class` names them (no `bert.`, `roberta.`, ...
     prefix for the bare BertModel, RobertaModel, ...), through the family's key table."""
-    family = model.config.family
-    bare = model.hf_class == family.class_prefix + "Model"
-    return {family.keys.to_hf(name, bare=bare): tensor.detach().contiguous().cpu()
+    c = model.config
+    bare = model.hf_class == c.family.class_prefix + "Model"
+    keys = key_table(c.model_type)
+    return {keys.to_hf(name, bare=bare): tensor.detach().contiguous().cpu()
             for name, tensor in model.state_dict().items()}
 
 
@@ -54,8 +59,6 @@ def save_pretrained(model: nn.Module, out_dir: str | Path, *,
                     tokenizer_from: str | Path | None = None) -> Path:
     """config.json + model.safetensors in `out_dir` (created), plus the tokenizer files of
     `tokenizer_from` when given (`LoadedCheckpoint.save_pretrained` passes its source folder)."""
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_config(model.config, model.hf_class, out)

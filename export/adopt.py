@@ -21,25 +21,27 @@ from typing import Callable
 import onnx
 
 from bertonnx.build import load_tokenizer
-from bertonnx.runtime.contract import MODEL_NAME, TASKS
-from bertonnx.runtime.errors import ArtifactError, InputError
-from bertonnx.runtime.files import read_json_object
-from bertonnx.runtime.foreign import check_inputs, read_foreign
-from bertonnx.runtime.manifest import Manifest
-from bertonnx.runtime.session import create_session
-from bertonnx.runtime.tokenizer import TOKENIZER_FILES
+from bertonnx.runtime.core.atomic import publishing
+from bertonnx.runtime.core.contract import MODEL_NAME
+from bertonnx.runtime.core.tasks import TASKS
+from bertonnx.runtime.core.errors import ArtifactError, InputError
+from bertonnx.runtime.core.families import config_spellings, ort_model_type
+from bertonnx.runtime.core.files import read_json_object
+from bertonnx.runtime.core.foreign import check_inputs, read_foreign
+from bertonnx.runtime.core.manifest import Manifest
+from bertonnx.runtime.core.session import create_session
+from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
 
 from . import fusion, graph
-from .api import (ExportOptions, _check_target, _versions, check_parity, locked, partial_folder,
-                  resolve_model)
+from .api import ExportOptions, _check_target, _versions, check_parity, locked, resolve_model
 from .precisions import PRECISIONS, precision
 
 # ops that mean the graph is already quantized: fusing or quantizing it again is refused
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QAttention", "DynamicQuantizeMatMul",
                  "QLinearMatMul", "MatMulNBits", "QEmbedLayerNormalization")
-# config.json names of the sizes fusion needs, per family spelling (DistilBERT: n_heads, dim)
-_HEADS = ("num_attention_heads", "n_heads")
-_HIDDEN = ("hidden_size", "dim")
+# config.json names of the sizes fusion needs, every family's spelling (DistilBERT: n_heads, dim)
+_HEADS = config_spellings("num_attention_heads")
+_HIDDEN = config_spellings("hidden_size")
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,10 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
         if heads is None or hidden is None:
             notes.append("not fused: config.json gives no attention heads / hidden size")
         else:
-            say("fusing (onnxruntime transformer optimizer, model_type bert)")
-            fused = fusion.fuse(src / foreign.model_file, heads, hidden)
+            model_type = foreign.config.get("model_type")
+            say(f"fusing (onnxruntime transformer optimizer, model_type "
+                f"{ort_model_type(model_type)})")
+            fused = fusion.fuse(src / foreign.model_file, heads, hidden, model_type=model_type)
             if fusion.attention_count(fusion.fused_counts(fused)) > 0:
                 proto, optimized = fused, True
             else:
@@ -130,7 +134,7 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
         say(row.progress)
         proto, quant = row.convert(proto, ExportOptions(quantize=options.quantize))
 
-    with partial_folder(out, say) as tmp:
+    with publishing(out) as tmp:
         graph.save_model(proto, tmp / MODEL_NAME)
         inputs, outputs = _io(proto)
         fused_ops = fusion.fused_counts(proto)
@@ -162,4 +166,5 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
             versions=_versions(), source=str(src),
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.write(tmp)
+        say(f"writing {out}")
     return manifest

@@ -2,22 +2,26 @@
 
 Element-wise tolerances (export/parity.py) judge fp32; an int8 graph is judged by what its
 users see — the same top-1 / top-5 words, labels, tags, spans and nearest neighbours as the fp32
-model on real sentences (export/texts.py). The first metric of each task is the verdict,
-against the contract's INT8_MIN_AGREEMENT.
+model on real sentences (export/texts.py). The task record's `agreement` names the measure
+(`MEASURES`: its batch and its metrics); the first metric is the verdict, against the
+contract's INT8_MIN_AGREEMENT.
 """
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from bertonnx.build import Bert
-from bertonnx.runtime.batches import pad_encodings
-from bertonnx.runtime.contract import INT8_MIN_AGREEMENT
-from bertonnx.runtime.errors import ArtifactError
-from bertonnx.runtime.postprocess import QA_MASK_VALUE, qa_best_spans, softmax
+from bertonnx.runtime.core.batches import pad_encodings
+from bertonnx.runtime.core.contract import INT8_MIN_AGREEMENT
+from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.postprocess import QA_MASK_VALUE, qa_best_spans, softmax
+from bertonnx.runtime.core.tasks import task_record
 
 from .parity import Reference, run_ort, take_reference
 from .texts import QA_PAIRS, SENTENCES
@@ -77,24 +81,34 @@ def _context(tokenizer, questions, ids, mask) -> np.ndarray:
     return after & mask.numpy().astype(bool) & ~np.isin(ids.numpy(), specials)
 
 
-def task_metrics(task: str, ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray,
-                 extra) -> dict:
-    """Agreement between reference (fp32) and candidate outputs; the first key is the verdict."""
-    if task == "fill-mask":
-        rows = np.arange(len(extra))
-        r, g = ref[0][rows, extra], got[0][rows, extra]  # (N, V) at the masked positions
-        r5, g5 = np.argsort(-r, 1)[:, :5], np.argsort(-g, 1)[:, :5]
-        overlap = [len(set(a) & set(b)) / 5 for a, b in zip(r5, g5)]
-        return {"top1": float(np.mean(r5[:, 0] == g5[:, 0])), "top5_overlap": float(np.mean(overlap))}
-    if task == "text-classification":
-        return {"argmax": float(np.mean(ref[0].argmax(-1) == got[0].argmax(-1)))}
-    if task == "token-classification":
-        m = mask.astype(bool)
-        return {"token_argmax": float(np.mean(ref[0].argmax(-1)[m] == got[0].argmax(-1)[m]))}
-    if task == "question-answering":
-        spans_r, spans_g = best_spans(ref, extra), best_spans(got, extra)
-        return {"span": float(np.mean([a == b for a, b in zip(spans_r, spans_g)]))}
-    # feature-extraction: which other sentence is nearest, by mean-pooled cosine
+def _mask_top1(ref, got, mask, extra) -> dict:
+    """fill-mask: the same top-1 (and top-5) words at each masked position."""
+    rows = np.arange(len(extra))
+    r, g = ref[0][rows, extra], got[0][rows, extra]  # (N, V) at the masked positions
+    r5, g5 = np.argsort(-r, 1)[:, :5], np.argsort(-g, 1)[:, :5]
+    overlap = [len(set(a) & set(b)) / 5 for a, b in zip(r5, g5)]
+    return {"top1": float(np.mean(r5[:, 0] == g5[:, 0])), "top5_overlap": float(np.mean(overlap))}
+
+
+def _argmax(ref, got, mask, extra) -> dict:
+    """text-classification: the same best label per row."""
+    return {"argmax": float(np.mean(ref[0].argmax(-1) == got[0].argmax(-1)))}
+
+
+def _token_argmax(ref, got, mask, extra) -> dict:
+    """token-classification: the same best tag per real token."""
+    m = mask.astype(bool)
+    return {"token_argmax": float(np.mean(ref[0].argmax(-1)[m] == got[0].argmax(-1)[m]))}
+
+
+def _span(ref, got, mask, extra) -> dict:
+    """question-answering: the same best span in each context (`extra`)."""
+    spans_r, spans_g = best_spans(ref, extra), best_spans(got, extra)
+    return {"span": float(np.mean([a == b for a, b in zip(spans_r, spans_g)]))}
+
+
+def _cosine(ref, got, mask, extra) -> dict:
+    """feature-extraction: which other sentence is nearest, by mean-pooled cosine."""
     m = mask[..., None].astype(np.float32)
     ea, eb = [(o * m).sum(1) / m.sum(1) for o in (ref[0], got[0])]
     ea, eb = [e / np.linalg.norm(e, axis=1, keepdims=True) for e in (ea, eb)]
@@ -104,6 +118,12 @@ def task_metrics(task: str, ref: list[np.ndarray], got: list[np.ndarray], mask: 
     cos = (ea * eb).sum(1)
     return {"nearest_neighbour": float(np.mean(sa.argmax(1) == sb.argmax(1))),
             "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
+
+
+def task_metrics(task: str, ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray,
+                 extra) -> dict:
+    """Agreement between reference (fp32) and candidate outputs; the first key is the verdict."""
+    return MEASURES[task_record(task).agreement].metrics(ref, got, mask, extra)
 
 
 def best_spans(outputs: list[np.ndarray], context: np.ndarray, max_len: int = 30) -> list:
@@ -117,15 +137,43 @@ def best_spans(outputs: list[np.ndarray], context: np.ndarray, max_len: int = 30
     return spans
 
 
+def _texts_batch(tokenizer, max_len, texts, pairs):
+    ids, mask, tt, encs = encode(tokenizer, texts or SENTENCES, None, max_len)
+    return (ids, mask, tt), None
+
+
+def _masked_batch(tokenizer, max_len, texts, pairs):
+    """The sentences with one word masked; the metric needs the masked positions."""
+    ids, mask, tt, encs = encode(tokenizer, texts or SENTENCES, None, max_len)
+    return (ids, mask, tt), _mask_one_word(tokenizer, ids, encs)
+
+
+def _pairs_batch(tokenizer, max_len, texts, pairs):
+    """(question, context) pairs; the metric needs where each context is."""
+    qs, cs = zip(*(pairs or QA_PAIRS))
+    ids, mask, tt, encs = encode(tokenizer, qs, cs, max_len)
+    return (ids, mask, tt), _context(tokenizer, qs, ids, mask)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One way of judging agreement: the inputs it is judged on and the metrics."""
+
+    batch: Callable   # (tokenizer, max_len, texts, pairs) -> ((ids, mask, tt), extra)
+    metrics: Callable  # (ref, got, mask, extra) -> {metric: value}, the verdict first
+
+
+# a task record's `agreement` -> its measure
+MEASURES = {"mask-top1": Measure(_masked_batch, _mask_top1),
+            "argmax": Measure(_texts_batch, _argmax),
+            "token-argmax": Measure(_texts_batch, _token_argmax),
+            "span": Measure(_pairs_batch, _span),
+            "cosine": Measure(_texts_batch, _cosine)}
+
+
 def task_batch(task: str, tokenizer, max_len: int, texts=None, pairs=None):
     """Inputs for `task` from real text, and what the metric needs (mask positions, context)."""
-    if task == "question-answering":
-        qs, cs = zip(*(pairs or QA_PAIRS))
-        ids, mask, tt, encs = encode(tokenizer, qs, cs, max_len)
-        return (ids, mask, tt), _context(tokenizer, qs, ids, mask)
-    ids, mask, tt, encs = encode(tokenizer, texts or SENTENCES, None, max_len)
-    extra = _mask_one_word(tokenizer, ids, encs) if task == "fill-mask" else None
-    return (ids, mask, tt), extra
+    return MEASURES[task_record(task).agreement].batch(tokenizer, max_len, texts, pairs)
 
 
 def agreement_reference(model: Bert, tokenizer, folder: Path, *, texts=None,

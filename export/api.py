@@ -4,21 +4,19 @@
          -> parity -> bertonnx.json -> rename into place
 
 Everything is written into a hidden sibling folder and renamed to `out` only once the manifest is
-written, so an interrupted export never leaves a folder that looks complete. Scratch files (the
-raw graph, the optimizer's and the quantizer's copies) live inside that folder too, so a
-SIGKILL leaves nothing in /tmp and the next export to `out` removes it all. An export holds an
-exclusive lock on `out` (`flock` on `.OUT.lock` beside it) from its first check to the rename:
-a second export (or `adopt`, export/adopt.py, which takes the same lock) to the same `out`
-fails at once instead of both reporting success.
+written (runtime/core/atomic.py's `publishing`), so an interrupted export never leaves a folder
+that looks complete. Scratch files (the raw graph, the optimizer's and the quantizer's copies)
+live inside that folder too, so a SIGKILL leaves nothing in /tmp and the next export to `out`
+removes it all. An export holds an exclusive lock on `out` (`flock` on `.OUT.lock` beside it)
+from its first check to the rename: a second export (or `adopt`, export/adopt.py, which takes
+the same lock) to the same `out` fails at once instead of both reporting success.
 """
 from __future__ import annotations
 
 import fcntl
 import os
 import platform
-import shutil
 import tempfile
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,16 +28,17 @@ import onnx
 
 from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
 from bertonnx.build.save import write_config
-from bertonnx.runtime.contract import EXPORT_TASKS, INPUT_DTYPE, INPUT_AXES, MODEL_NAME, OUTPUTS
-from bertonnx.runtime.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
-from bertonnx.runtime.atomic import replace_folder
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.runtime.core.contract import INPUT_DTYPE, INPUT_AXES, MODEL_NAME
+from bertonnx.runtime.core.tasks import EXPORT_TASKS, OUTPUTS
+from bertonnx.runtime.core.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
+from bertonnx.runtime.core.atomic import publishing
+from bertonnx.runtime.core.manifest import Manifest
 
 from . import fusion, graph, memory, parity, variants
 from .precisions import PRECISIONS, precision
 
 if TYPE_CHECKING:
-    from .int8_settings import Int8Settings
+    from .int8.settings import Int8Settings
 
 
 
@@ -52,7 +51,7 @@ class ExportOptions:
     force: bool = False            # replace a non-empty `out`
     tokenizer: str | Path | None = None  # tokenizer folder; default: the model's source folder
     # int8: the recipes of the CPU kind `target_cpu` names ("auto": this machine's), tried
-    # fastest first until one passes the agreement gate (export/int8_recipes.py); or one
+    # fastest first until one passes the agreement gate (export/int8/recipes.py); or one
     # recipe by name; or explicit dynamic settings (`int8`), which win over both.
     target_cpu: str = "auto"
     int8_recipe: str | None = None
@@ -71,10 +70,10 @@ class ExportOptions:
             raise InputError(f"--quantize {self.quantize} works on the fused graph",
                              "drop --no-optimize")
         if self.target_cpu != "auto":
-            from .int8_recipes import target
+            from .int8.recipes import target
             target(self.target_cpu)
         if self.int8_recipe is not None:
-            from .int8_recipes import recipe
+            from .int8.recipes import recipe
             recipe(self.int8_recipe)
         if self.measure_recipes:
             _check_measurable(self)
@@ -83,7 +82,7 @@ class ExportOptions:
 def _check_measurable(o: ExportOptions) -> None:
     """--measure-recipes times candidates on this machine: only for int8, with the parity
     check that judges them, for this machine's own kind of CPU."""
-    from bertonnx.runtime.cpu import this_kind
+    from bertonnx.runtime.core.cpu import this_kind
 
     if o.quantize != "int8" or not o.parity or o.int8 is not None or o.int8_recipe:
         raise InputError("--measure-recipes times the target's int8 recipes and needs their "
@@ -96,7 +95,7 @@ def _check_measurable(o: ExportOptions) -> None:
 
 def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str) -> LoadedCheckpoint:
     """The model for `task` with its source folder: loaded from a folder or hub id (`default`
-    resolves in bertonnx.runtime.defaults), or given in memory (a bare `Bert` has no folder to
+    resolves in bertonnx.runtime.core.defaults), or given in memory (a bare `Bert` has no folder to
     take a tokenizer from)."""
     if task not in EXPORT_TASKS:
         raise ConfigError(f"task {task!r} cannot be exported", f"use one of {', '.join(EXPORT_TASKS)}")
@@ -150,24 +149,6 @@ def _config_summary(model: Bert) -> dict:
             "problem_type": c.problem_type}
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, owned by someone else
-    return True
-
-
-def _remove_stale_partials(out: Path) -> None:
-    """Delete temp folders left by killed exports to `out` (their pid is in the name)."""
-    for p in out.parent.glob(f".{out.name}.partial-*"):
-        pid = p.name.rsplit(".partial-", 1)[1].split("-")[0]
-        if not pid.isdigit() or not _pid_alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
-
-
 @contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold the exclusive lock on `out` (`.OUT.lock` beside it); ArtifactError at once when
@@ -201,24 +182,6 @@ def locked(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-@contextmanager
-def partial_folder(out: Path, say=lambda msg: None) -> Iterator[Path]:
-    """A fresh hidden sibling of `out` to build in, renamed to `out` when the block completes
-    and deleted when it fails; first deletes those that killed exports left (their pid is in
-    the name)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        yield tmp
-        say(f"writing {out}")
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def export_model(model: str | Path | Bert | LoadedCheckpoint, task: str, out: str | Path,
                  options: ExportOptions = ExportOptions(), *,
                  progress: Callable[[str], None] | None = None) -> Manifest:
@@ -243,8 +206,9 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
     # A model export loaded itself is dropped once its outputs are taken; the caller's stays.
     held = _Held(loaded.model, owned=not in_memory)
     del loaded
-    with partial_folder(out, say) as tmp:
+    with publishing(out) as tmp:
         manifest = _build(held, task, tmp, options, tokenizer, say, source=source)
+        say(f"writing {out}")
     return manifest
 
 
@@ -283,8 +247,10 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         del m
         held.drop()
         if options.optimize:
-            say("fusing (onnxruntime transformer optimizer, model_type bert)")
-            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch, lean=True)
+            say(f"fusing (onnxruntime transformer optimizer, model_type "
+                f"{c.family.ort_model_type})")
+            proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch, lean=True,
+                                model_type=c.model_type)
             fusion.check_fused(fusion.fused_counts(proto), c)
             memory.release()
         else:

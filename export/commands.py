@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from bertonnx.runtime.contract import EXPORT_TASKS
-from bertonnx.runtime.cpu import TARGET_KINDS
+from bertonnx.runtime.core.tasks import EXPORT_TASKS
+from bertonnx.runtime.core.cpu import TARGET_KINDS
 
-from .int8_recipes import RECIPES
+from .int8.recipes import RECIPES
 from .precisions import PRECISIONS, summary_line
 
 
@@ -110,7 +110,7 @@ def adopt(folder, out, task, quantize, optimize, reference, force, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def parity(folder, reference, per_layer, as_json):
     """Check an export FOLDER against its torch reference; exit 1 outside tolerance."""
-    from bertonnx.runtime.errors import CheckFailed
+    from bertonnx.runtime.core.errors import CheckFailed
 
     from .api import parity_report
 
@@ -151,7 +151,7 @@ def _runtime_answers(folder: Path) -> None:
     """The demo's runtime step, through the library users call: embed two sentences with the
     export just made, torch-free, then ask the shipped fill-mask default."""
     from bertonnx.runtime import load
-    from bertonnx.runtime.postprocess import cosine_matrix
+    from bertonnx.runtime.core.postprocess import cosine_matrix
 
     embed = load(folder, task="feature-extraction")
     pair = ["A man is playing a guitar.", "Someone plays an instrument."]
@@ -160,7 +160,7 @@ def _runtime_answers(folder: Path) -> None:
     click.echo("answers through bertonnx.runtime (onnxruntime):")
     click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
     click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
-    # The shipped fill-mask default (bertonnx.runtime.defaults): MiniLM with an MLM head
+    # The shipped fill-mask default (bertonnx.runtime.core.defaults): MiniLM with an MLM head
     # trained here on English text, int8.
     fill = load("default", task="fill-mask")
     for text in ("Paris is the [MASK] of France.", "The man went to the [MASK] to buy milk."):

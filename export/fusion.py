@@ -1,4 +1,7 @@
-"""Fusion with onnxruntime's transformer optimizer (model_type "bert"), and its checkable outcome.
+"""Fusion with onnxruntime's transformer optimizer, and its checkable outcome.
+
+The optimizer's model_type is the family row's (runtime/core/families.py `ort_model_type`):
+"bert" for every family bertonnx loads.
 
 Graph before / after, per encoder layer:
 
@@ -50,7 +53,8 @@ from pathlib import Path
 import onnx
 
 from bertonnx.build import BertConfig
-from bertonnx.runtime.errors import CheckFailed
+from bertonnx.runtime.core.errors import CheckFailed
+from bertonnx.runtime.core.families import ort_model_type
 
 from .graph import op_counts
 
@@ -77,8 +81,9 @@ def layer_applications(c: BertConfig) -> int:
 
 
 def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = None, *,
-         lean: bool = False) -> onnx.ModelProto:
-    """The fused graph of the model at `path` (not written; the caller saves it).
+         lean: bool = False, model_type: str | None = None) -> onnx.ModelProto:
+    """The fused graph of the model at `path` (not written; the caller saves it), with the
+    optimizer's patterns for config.json's `model_type` (a family's row; BERT's when unknown).
 
     Default (graphs made elsewhere, export/adopt.py): `optimize_model(opt_level=1)` in two
     steps, so its intermediate graph (as large as the model) goes to `scratch` — the export's
@@ -99,14 +104,16 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
     # The optimizer logs every fusion at INFO through its own loggers; keep the CLI quiet.
     for name in ("onnxruntime.transformers", "fusion_base", "onnx_model", "onnx_model_bert"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    options = FusionOptions("bert")
+    optimizer = ort_model_type(model_type)
+    options = FusionOptions(optimizer)
     # the bias Add stays after its MatMul (onnxruntime folds it into the int8 MatMul at load)
     options.enable_bias_skip_layer_norm = False
     if lean:
         # its "symbolic shape inference disabled" warning is this choice, not a failure
         logging.getLogger("fusion_skiplayernorm").setLevel(logging.ERROR)
         options.enable_shape_inference = False
-        opt = optimize_by_fusion(onnx.load(str(path)), "bert", num_heads, hidden_size, options)
+        opt = optimize_by_fusion(onnx.load(str(path)), optimizer, num_heads, hidden_size,
+                                 options)
         _declare_contrib_domain(opt.model)
     else:
         with tempfile.TemporaryDirectory(prefix="bertonnx-fuse-", dir=scratch) as d:
@@ -119,7 +126,7 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
             optimize_by_onnxruntime(str(path), use_gpu=False, optimized_model_path=str(basic),
                                     opt_level=1, disabled_optimizers=["ConstantSharing"],
                                     save_as_external_data=True)
-            opt = optimize_by_fusion(onnx.load(str(basic)), "bert", num_heads, hidden_size,
+            opt = optimize_by_fusion(onnx.load(str(basic)), optimizer, num_heads, hidden_size,
                                      options)
     unfuse_residual_norms(opt.model)
     share_identical_initializers(opt.model)

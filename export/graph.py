@@ -13,8 +13,8 @@ import onnx
 import torch
 
 from bertonnx.build import Bert
-from bertonnx.runtime.contract import dynamic_axes, graph_inputs, output_names
-from bertonnx.runtime.errors import CheckFailed
+from bertonnx.runtime.core.contract import dynamic_axes, graph_inputs, output_names
+from bertonnx.runtime.core.errors import CheckFailed
 
 EXPORTER = "torch.onnx.export(dynamo=False)"
 EXPORT_BATCH = 2  # >= 2, so batch cannot be specialised to 1

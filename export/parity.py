@@ -21,10 +21,10 @@ import onnx
 import torch
 
 from bertonnx.build import Bert
-from bertonnx.runtime.contract import (FP16_ATOL, FP32_ATOL, INPUT_NAMES, OUTPUTS,
-                                       PARITY_SHAPES)
-from bertonnx.runtime.errors import ArtifactError
-from bertonnx.runtime.session import create_session
+from bertonnx.runtime.core.contract import FP16_ATOL, FP32_ATOL, INPUT_NAMES, PARITY_SHAPES
+from bertonnx.runtime.core.tasks import OUTPUTS
+from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.session import create_session
 
 from .graph import sample_inputs
 

@@ -4,7 +4,8 @@ Each row says how the fused fp32 graph is converted, how the result is judged ag
 torch model, the one-line summary of that judgement, and what a refusal tells the user.
 export/api.py runs the row `--quantize` names; export/commands.py offers the table's names as
 choices and prints the summary; the manifest records the conversion's settings. A new
-precision is one row here (and its conversion in quantize.py).
+precision is one row here and its conversion (int8: the export/int8/ package; fp16:
+export/fp16.py).
 
 Imports stay light: the CLI reads the table to build `--help`; torch, onnx and onnxruntime load
 only when a row's functions run.
@@ -14,23 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from bertonnx.runtime.errors import CheckFailed, ConfigError, lookup
+from bertonnx.runtime.core.errors import CheckFailed, ConfigError, lookup
 
 
 # --- conversions (proto, ExportOptions, scratch folder or None, variant, tokenizer) ->
 # (proto, the manifest's quantization record) -------------------------------------------------
 
 def _int8(proto, options, scratch=None, variant=None, tokenizer=None):
-    from . import int8_recipes
-
-    variant = variant or int8_recipes.candidates(options)[0]
-    return int8_recipes.convert(variant, proto, options, scratch, tokenizer)
+    from .int8 import recipes
+    variant = variant or recipes.candidates(options)[0]
+    return recipes.convert(variant, proto, options, scratch, tokenizer)
 
 
 def _fp16(proto, options, scratch=None, variant="", tokenizer=None):
-    from . import quantize
-
-    return quantize.fp16(proto)
+    from . import fp16
+    return fp16.convert(proto)
 
 
 # --- candidates: the variants an export tries in order until the judge passes one ----------
@@ -40,9 +39,8 @@ def _one(options) -> tuple[str, ...]:
 
 
 def _int8_recipes(options) -> tuple[str, ...]:
-    from . import int8_recipes
-
-    return int8_recipes.candidates(options)
+    from .int8 import recipes
+    return recipes.candidates(options)
 
 
 # --- references (model, tokenizer, folder) -> the torch outputs a judge compares with; and
@@ -51,31 +49,26 @@ def _int8_recipes(options) -> tuple[str, ...]:
 
 def _grid_reference(model, tokenizer, folder):
     from . import parity
-
     return parity.grid_reference(model, folder)
 
 
 def _grid(reference, sess):
     from . import parity
-
     return parity.compare_grid(reference, sess)
 
 
 def _fp16_figures(reference, sess):
     from . import parity
-
     return parity.compare_fp16(reference, sess)
 
 
 def _agreement_reference(model, tokenizer, folder):
     from . import agreement
-
     return agreement.agreement_reference(model, tokenizer, folder)
 
 
 def _agreement(reference, sess):
     from . import agreement
-
     return agreement.compare_agreement(reference, sess)
 
 

@@ -2,7 +2,7 @@
 
 Everyday sentences of the kind the tasks meet in production; QA pairs whose answers are spans
 of their contexts. Small on purpose: agreement on these is a smoke alarm, the int8 study
-(`python -m bertonnx.export.int8_study`) measures on thousands of real tweets.
+(`python -m bertonnx.bench.int8_study`) measures on thousands of real tweets.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from bertonnx.runtime.errors import CheckFailed
+from bertonnx.runtime.core.errors import CheckFailed
 
 # The hidden decoder's nodes, which the quantizer must not touch (nodes_to_exclude).
 NODES = ("tied_decoder_Transpose", "tied_decoder_MatMul")

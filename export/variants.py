@@ -14,7 +14,6 @@ folder when a later candidate needs it, and each judging session is made from a 
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import numpy as np
 import onnx
 
 from bertonnx.build import BertConfig
+from bertonnx.runtime.core.atomic import install
 
 from . import fusion, graph, memory, parity
 
@@ -114,7 +114,7 @@ def fastest_passing(job: Job, box: list, model_path: Path, *,
     ms = _time(job.config, {v: made[v][0] for v in passing}, rounds, batch, seq)
     best = min(passing, key=ms.get)
     path, quant, counts, figures = made[best]
-    os.replace(path, model_path)
+    install(path, model_path)  # from the scratch folder to the export's, both being built
     quant["evidence"] = {
         "measured_here": {v: {"ms": round(ms[v], 2) if v in ms else None,
                               "agreement": made[v][3].get("agreement"),
@@ -127,7 +127,7 @@ def fastest_passing(job: Job, box: list, model_path: Path, *,
 def _time(c: BertConfig, paths: dict[str, Path], rounds: int, batch: int, seq: int
           ) -> dict[str, float]:
     """Median ms per graph, interleaved so other load falls on all alike."""
-    from bertonnx.runtime.session import create_session
+    from bertonnx.runtime.core.session import create_session
 
     sessions = {v: create_session(p) for v, p in paths.items()}
     rng = np.random.default_rng(0)

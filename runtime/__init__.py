@@ -1,9 +1,9 @@
 """bertonnx.runtime — torch-free inference: onnxruntime sessions, task pipelines, CLI, server.
 
 Imports only numpy, onnxruntime and tokenizers. `load` is resolved lazily so that importing
-`bertonnx.runtime.errors` (done by build and export) does not pull in onnxruntime.
+`bertonnx.runtime.core.errors` (done by build and export) does not pull in onnxruntime.
 """
-from .errors import (ArtifactError, BertOnnxError, CheckFailed, ConfigError, InputError,
+from .core.errors import (ArtifactError, BertOnnxError, CheckFailed, ConfigError, InputError,
                      TaskMismatchError)
 
 __all__ = ["load", "load_tokenizer", "BertOnnxError", "InputError", "ConfigError",
@@ -12,11 +12,11 @@ __all__ = ["load", "load_tokenizer", "BertOnnxError", "InputError", "ConfigError
 
 def __getattr__(name):
     if name == "load":
-        from .pipelines import load
+        from .core.pipelines import load
 
         return load
     if name == "load_tokenizer":
-        from .tokenizer import load_tokenizer
+        from .core.tokenizer import load_tokenizer
 
         return load_tokenizer
     raise AttributeError(name)

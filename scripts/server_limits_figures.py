@@ -39,7 +39,7 @@ import httpx
 from bertonnx.runtime.server.metrics import Metrics
 from bertonnx.runtime.server.process import announced_url
 
-_UNBOUNDED = ("import sys; from bertonnx.runtime.pipelines import base; "
+_UNBOUNDED = ("import sys; from bertonnx.runtime.core.pipelines import base; "
               "base.BACKEND_CACHE = 10**9; from bertonnx.runtime.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
 

@@ -26,6 +26,7 @@ import ctypes.util
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,15 @@ from pathlib import Path
 import pytest
 
 from bertonnx.export.memory import release
+from bertonnx.runtime import load
+from bertonnx.runtime.core.contract import hf_class as family_class
+from bertonnx.runtime.core.contract import output_names
+from bertonnx.runtime.core.defaults import checkpoint_dir
+from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.families import family
+
+# torch and transformers are imported where a model is made (the fixtures below), not here:
+# every test imports this file, and a torch-free test file starts without them.
 
 # The suite must stay under 3 GB RSS on 2 cores. glibc raises its mmap threshold after large
 # frees, so later 1-32 MB buffers (tensors, onnx protos, logits) come from the heap and their
@@ -105,7 +115,7 @@ def write_vocab(folder: Path, tokens: list[str] = VOCAB, *, lower: bool = True,
 
 def perturb_(model, seed: int) -> None:
     """LayerNorm weights to 1 ± 0.2·N(0,1), every bias to 0.1·N(0,1), in place."""
-    import torch
+    import torch  # lazy: see the imports above
 
     g = torch.Generator().manual_seed(seed + 1)
     # by module type: the families name their norms LayerNorm, layer_norm, sa_layer_norm, ...
@@ -183,17 +193,17 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
     (BERT, DistilBERT, ELECTRA) get the tiny vocab.txt, the others the family's own tokenizer
     trained here (tests/family_tokenizers.py), the vocabulary sized to it.
     """
+    # lazy, as the imports above say (bertonnx.build is torch)
     import torch
     import transformers
 
     from bertonnx.build import TASKS
-    from bertonnx.runtime.contract import hf_class as family_class
 
     tokens = VOCAB + [f"[unused{i}]" for i in range(max(0, (vocab or 0) - len(VOCAB)))]
     # BPE / Unigram families get their own trained tokenizer, and a vocabulary its size
     fast = None
     if tokenizer and model_type not in WORDPIECE_FAMILIES:
-        from tests.family_tokenizers import fast_tokenizer
+        from tests.family_tokenizers import fast_tokenizer  # transformers: lazy, as above
 
         fast = fast_tokenizer(model_type)
     defaults = {**FAMILY_CONFIGS[model_type],
@@ -211,9 +221,7 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
     if fast is not None:
         fast.save_pretrained(folder)
     elif tokenizer:
-        from bertonnx.runtime.contract import HF_CLASS_PREFIXES
-
-        write_vocab(folder, tokens, tokenizer_class=f"{HF_CLASS_PREFIXES[model_type]}Tokenizer")
+        write_vocab(folder, tokens, tokenizer_class=family(model_type).tokenizer)
     return folder
 
 
@@ -255,7 +263,7 @@ def tiny_export(tmp_path_factory, tiny_checkpoint):
     Runtime tests use parity=False (the runtime is compared end to end with transformers
     instead); export tests ask for parity=True and read the report from its manifest.
     """
-    from bertonnx.export import ExportOptions, export_model
+    from bertonnx.export import ExportOptions, export_model  # torch: lazy, as above
 
     root = tmp_path_factory.mktemp("exports")
     made: dict[tuple[str, bool], Path] = {}
@@ -274,8 +282,6 @@ def tiny_export(tmp_path_factory, tiny_checkpoint):
 @pytest.fixture(scope="session")
 def ours(tiny_export):
     """ours(name) -> bertonnx's pipeline on tiny_export(name), loaded once (do not mutate it)."""
-    from bertonnx.runtime import load
-
     pipes = {}
 
     def get(name: str = "fill-mask"):
@@ -298,11 +304,8 @@ def cli_without(modules: tuple[str, ...], *argv) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    from bertonnx.build import default_model_dir
-    from bertonnx.runtime.errors import ArtifactError
-
     try:
-        return default_model_dir()
+        return checkpoint_dir()
     except ArtifactError as e:
         pytest.skip(str(e))
 
@@ -313,13 +316,11 @@ def make_foreign_export(checkpoint: Path, out: Path, task: str, *, layout: str =
     """A folder as another tool writes it: transformers' own model traced by torch.onnx.export
     (what Optimum does, not bertonnx's exporter), with config.json and the tokenizer files;
     `layout` "Optimum" puts the graph at model.onnx, "transformers.js" at onnx/model.onnx."""
-    import shutil
-
+    # lazy, as the imports above say (bertonnx.build is torch)
     import torch
     import transformers
 
     from bertonnx.build import TASKS
-    from bertonnx.runtime.contract import output_names
 
     model = getattr(transformers, TASKS[task].hf_class).from_pretrained(
         checkpoint, attn_implementation="eager").eval()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.core.errors import InputError
 
 FINETUNE_TASKS = ("text-classification", "token-classification", "question-answering")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from bertonnx.runtime.batches import Padded, pad_batch, pad_encodings, pad_rows
-from bertonnx.runtime.errors import InputError
-from bertonnx.runtime.tokenizer import WordPieceTokenizer
+from bertonnx.runtime.core.batches import Padded, pad_batch, pad_encodings, pad_rows
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tokenizer import WordPieceTokenizer
 
 from ..losses import IGNORE
 
@@ -60,7 +60,7 @@ def read_records(path: Path) -> list[dict]:
 
 
 def _pad(seqs: list[list[int]], value: int, T: int) -> torch.Tensor:
-    """Rows right-padded with `value` (or cut) to T, as int64 (runtime/batches.py's builder)."""
+    """Rows right-padded with `value` (or cut) to T, as int64 (runtime/core/batches.py's builder)."""
     return torch.from_numpy(pad_rows(seqs, value, width=T))
 
 
@@ -70,7 +70,7 @@ def _inputs(p: Padded) -> dict:
 
 
 def _features(encs, T: int, pad_id: int) -> dict:
-    # the tokenizer pads nothing (runtime/tokenizer.py), so each row's mask is all ones
+    # the tokenizer pads nothing (runtime/core/tokenizer.py), so each row's mask is all ones
     return _inputs(pad_encodings(encs, pad_id, width=T))
 
 

@@ -11,8 +11,8 @@ import re
 
 import torch
 
-from bertonnx.runtime.errors import InputError
-from bertonnx.runtime.tokenizer import load_tokenizer
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from ..checkpoint import load_pretrained, resolve
 from ..config import BertConfig
@@ -166,7 +166,7 @@ READERS = {"text-classification": _classification, "token-classification": _toke
            "question-answering": _squad}
 
 
-def finetune(cfg: FinetuneConfig) -> dict | None:
+def finetune(cfg: FinetuneConfig, progress: type | None = None) -> dict | None:
     """Validate the data, fine-tune, save the model and return the final evaluation."""
     folder = resolve(cfg.model)
     tok = load_tokenizer(folder)
@@ -185,4 +185,4 @@ def finetune(cfg: FinetuneConfig) -> dict | None:
     env = setup_distributed()
     if env.main:
         log.info("finetune %s: %d training features", cfg.task, data.n)
-    return Trainer(model, data, cfg.train, env).fit()
+    return Trainer(model, data, cfg.train, env, progress).fit()

@@ -29,10 +29,10 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from bertonnx.runtime.atomic import replace_folder
-from bertonnx.runtime.errors import ArtifactError, InputError
-from bertonnx.runtime.progress import Progress
+from bertonnx.runtime.core.atomic import install
+from bertonnx.runtime.core.errors import ArtifactError, InputError
 
 from ..checkpoint import convert_state_dict, read_state_dict, save_pretrained
 from .config import TrainConfig
@@ -134,8 +134,30 @@ def load_weights(model: nn.Module, folder: Path) -> None:
     model.load_state_dict(ours)
 
 
+class _Silent:
+    """The progress of a loop nobody watches (a library call that passed no reporter)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def set_postfix(self, **fields) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Trainer:
-    def __init__(self, model: nn.Module, data: TrainData, cfg: TrainConfig, env: DistEnv):
+    """`progress`: a reporter class taking (total, desc, initial=, enabled=) with set_postfix,
+    update and close — the CLI passes runtime/cli/progress.py's (a tqdm bar on a terminal,
+    lines in logs); the build package itself shows nothing, as it imports no application."""
+
+    def __init__(self, model: nn.Module, data: TrainData, cfg: TrainConfig, env: DistEnv,
+                 progress: type | None = None):
+        self.progress = progress or _Silent
         self.model, self.data, self.cfg, self.env = model, data, cfg, env
         self.out = cfg.out
         self.global_micro = cfg.batch_size * env.world
@@ -176,7 +198,7 @@ class Trainer:
         torch.save({"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "seed": self.cfg.seed, "global_batch": self.global_micro * self.cfg.grad_accum},
                    tmp / STATE_FILE)
-        replace_folder(tmp, final)  # a checkpoint folder either is complete or does not exist
+        install(tmp, final)  # a checkpoint folder either is complete or does not exist
         for old in checkpoints(self.out)[:-self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -226,8 +248,6 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------
     def fit(self) -> dict | None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         cfg, env = self.cfg, self.env
         if env.main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +266,7 @@ class Trainer:
         net = DDP(self.model) if env.world > 1 else self.model
         amp = autocast_dtype(cfg, env.device)
         scaler = torch.amp.GradScaler(enabled=amp == torch.float16)
-        bar = Progress(self.total, "train", initial=start, enabled=cfg.progress and env.main)
+        bar = self.progress(self.total, "train", initial=start, enabled=cfg.progress and env.main)
         t0, tokens, result = time.perf_counter(), 0, None
         for step in range(start, self.total):
             torch.manual_seed(cfg.seed * 1_000_003 + step * env.world + env.rank)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from bertonnx.runtime.errors import ConfigError, InputError
-from bertonnx.runtime.tokenizer import WordPieceTokenizer, load_tokenizer
+from bertonnx.runtime.core.errors import ConfigError, InputError
+from bertonnx.runtime.core.tokenizer import WordPieceTokenizer, load_tokenizer
 
 from ..checkpoint import load_pretrained
 from ..config import BertConfig, preset
@@ -243,7 +243,7 @@ def mlm_accuracy(model: Bert, feats: dict, masker: Masker, unigram_id: int,
             "mlm_loss": loss_sum / total, "masked_positions": total, "eval_sequences": n}
 
 
-def pretrain(cfg: PretrainConfig) -> dict | None:
+def pretrain(cfg: PretrainConfig, progress: type | None = None) -> dict | None:
     """Train, checkpoint and evaluate; returns the final held-out evaluation."""
     tok = load_tokenizer(cfg.tokenizer)
     if tok.mask_token_id is None or tok.cls_token_id is None or tok.sep_token_id is None:
@@ -289,4 +289,4 @@ def pretrain(cfg: PretrainConfig) -> dict | None:
     if env.main:
         log.info("pretrain: %d training sequences of %d tokens, %d held-out sequences",
                  data.n, cfg.seq_len, 0 if eval_feats is None else eval_feats["input_ids"].shape[0])
-    return Trainer(model, data, cfg.train, env).fit()
+    return Trainer(model, data, cfg.train, env, progress).fit()

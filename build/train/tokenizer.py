@@ -10,7 +10,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertonnx.runtime.errors import InputError
+from tokenizers import processors
+from tokenizers.implementations import BertWordPieceTokenizer
+
+from bertonnx.runtime.core.errors import InputError
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4, BERT's order up to [MASK]
 
@@ -53,8 +56,6 @@ def check_corpus(paths: tuple[Path, ...]) -> None:
 
 
 def train_tokenizer(cfg: TokenizerConfig) -> Path:
-    from tokenizers.implementations import BertWordPieceTokenizer
-
     check_corpus(cfg.corpus)
     lower = not cfg.cased
     tok = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True,
@@ -64,8 +65,6 @@ def train_tokenizer(cfg: TokenizerConfig) -> Path:
               special_tokens=list(SPECIALS), show_progress=False, wordpieces_prefix="##")
     # The post-processor is only wired at construction when [CLS]/[SEP] are already in the
     # vocabulary, which is empty before training: add it now, as BertTokenizerFast's template.
-    from tokenizers import processors
-
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",

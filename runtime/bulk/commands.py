@@ -2,8 +2,8 @@
 
 The task is the export's; its options are the task command's own (`bertonnx classify --top-k`
 is `bertonnx run --top-k` on a classification export), taken from that command — its flags,
-types and defaults — and mapped onto the pipeline by the same table (runtime/commands.py
-TASK_OPTIONS). An option of another task is refused in one line.
+types and defaults, made from the task's record — and mapped onto the pipeline the same way
+(runtime/cli/commands.py `pipeline_kwargs`). An option of another task is refused in one line.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..commands import TASK_COMMANDS, TASK_OPTIONS, inference_options, pipeline_kwargs
-from ..contract import TASKS
-from ..errors import InputError
+from ..cli.commands import TASK_COMMANDS, cli_parameters, inference_options, pipeline_kwargs
+from ..core.tasks import TASKS
+from ..core.errors import InputError
 from .readers import FORMATS
 from .rows import ID
 from .runner import ON_ERROR
@@ -24,8 +24,9 @@ from .runner import ON_ERROR
 def _shared_options() -> dict[str, dict[str, click.Option]]:
     """option name -> {task: that task command's click.Option} for every task option."""
     shared: dict[str, dict[str, click.Option]] = {}
-    for task, names in TASK_OPTIONS.items():
-        for p in TASK_COMMANDS[task].params:
+    for task, command in TASK_COMMANDS.items():
+        names = {p.name for p in cli_parameters(task)}
+        for p in command.params:
             if p.name in names:
                 shared.setdefault(p.name, {})[task] = p
     return shared
@@ -47,8 +48,8 @@ def _bulk_option(name: str, by_task: dict[str, click.Option]) -> click.Option:
     """`run`'s spelling of a task option: the tasks' flag, no default of its own (the task's
     applies), the tasks' type when they agree."""
     first = next(iter(by_task.values()))
-    cmds = ", ".join(TASKS[t].cli_name for t in by_task)
-    defaults = "; ".join(f"{TASKS[t].cli_name} {p.default}" for t, p in by_task.items()
+    cmds = ", ".join(TASKS[t].command for t in by_task)
+    defaults = "; ".join(f"{TASKS[t].command} {p.default}" for t, p in by_task.items()
                          if isinstance(p.default, (str, int, float))
                          and not (p.is_flag and p.default is False))
     helps = HELP.get(name) or next((p.help for p in by_task.values() if p.help), "")
@@ -74,11 +75,11 @@ def _flag(name: str) -> str:
 
 def task_params(ctx: click.Context, task: str, values: dict) -> dict:
     """The pipeline's arguments: the options given, else the task command's defaults."""
-    mine = TASK_OPTIONS[task]
+    mine = [p.name for p in cli_parameters(task)]
     given = {n for n in TASK_FLAGS if ctx.get_parameter_source(n) not in
              (ParameterSource.DEFAULT, None)}
     stray = sorted(given - set(mine))
-    cli = TASKS[task].cli_name
+    cli = TASKS[task].command
     if stray:
         raise InputError(f"{_flag(stray[0])} is not an option of {cli} (the export's task is "
                          f"{task})", f"{cli} takes {', '.join(_flag(n) for n in mine)}")
@@ -148,7 +149,7 @@ def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output
     """Run the export in DIR over every row of --input into --output, in chunks: committed as
     they go, resumable with --resume, a bad row an error row; on one machine, or with --ray
     on a Ray cluster."""
-    from ..pipelines import load
+    from ..core.pipelines import load
     from .job import JobOptions, run_job
 
     cluster = None

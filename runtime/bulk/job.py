@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..pipelines import Pipeline
-from ..progress import Progress
+from ..core.errors import InputError
+from ..core.pipelines import Pipeline
+from ..cli.progress import Progress
 from .readers import chunks, input_format, open_reader
 from .runner import ChunkRunner
 from .sinks import open_sink
@@ -123,7 +123,7 @@ def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
     try:
         sink = open_sink(options.output, job_identity(pipe, options, fmt),
                          resume=options.resume, force=options.force,
-                         vector=pipe.task == "feature-extraction",
+                         vector=pipe.spec.vector_output,
                          crash_after=int(crash) if crash else None)
         if sink is None:  # --resume on a finished output: nothing left to do
             return Summary(str(options.output), None, None, 0, 0.0)

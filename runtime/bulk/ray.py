@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..errors import ArtifactError, ConfigError
+from ..core.atomic import discard, publishing
+from ..core.errors import ArtifactError, ConfigError
 from .rows import ID
 from .runner import ChunkRunner
 
@@ -117,16 +115,15 @@ def folder_on_node(folder: str | Path | ShippedFolder, root: Path | None = None,
 def materialise(folder: ShippedFolder, root: Path | None = None,
                 get: Callable | None = None) -> Path:
     """The shipped files written to `root/FINGERPRINT/` (`get`: ray.get), once per node: the
-    files are written to a hidden folder beside it and renamed into place whole, so an actor
-    never sees a half-written copy and two actors racing leave one copy."""
+    files are written to a hidden folder beside it and renamed into place whole
+    (runtime/core/atomic.py), so an actor never sees a half-written copy, and two actors
+    racing leave one copy: the first renamed in is kept (another actor may be loading from it)."""
     root = Path(root or Path(tempfile.gettempdir()) / SHIPPED)
     target = root / folder.fingerprint
     if target.is_dir() and fingerprint(target) == folder.fingerprint:
         return target
     get = get or ray_module().get
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{folder.fingerprint}.{uuid.uuid4().hex[:8]}"
-    try:
+    with publishing(target, keep_existing=True) as tmp:
         for name, refs in folder.files.items():
             path = tmp / name
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,25 +134,14 @@ def materialise(folder: ShippedFolder, root: Path | None = None,
             raise ArtifactError(f"the shipped copy of {folder.path} does not match its "
                                 "fingerprint", "export the model again and rerun")
         if target.is_dir() and fingerprint(target) != folder.fingerprint:
-            # a damaged copy from before (a good one, just renamed in by another actor of
-            # this node, is kept: it may be loading from it)
-            aside = root / f".{folder.fingerprint}.damaged.{uuid.uuid4().hex[:8]}"
-            os.rename(target, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        try:
-            os.rename(tmp, target)
-        except OSError:  # another actor on this node renamed its copy first: use that one
-            if not (target.is_dir() and fingerprint(target) == folder.fingerprint):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            discard(target)  # a damaged copy from before (a good one just renamed in is kept)
     return target
 
 
 def chunk_runner(folder, params: dict | None, fields: Mapping | None, on_error: str,
                  threads: int | None, providers, batch_size: int | None) -> ChunkRunner:
     """A ChunkRunner on this node's copy of `folder` (what each actor builds once)."""
-    from ..pipelines import DEFAULT_BATCH_SIZE, load
+    from ..core.pipelines import DEFAULT_BATCH_SIZE, load
 
     pipe = load(folder_on_node(folder), providers=providers, threads=threads,
                 batch_size=batch_size or DEFAULT_BATCH_SIZE)
@@ -178,7 +164,7 @@ class Predictor:
                  on_error: str = "row"):
         self.runner = chunk_runner(folder, params, fields, on_error, threads, providers,
                                    batch_size)
-        self.vector = self.runner.pipeline.task == "feature-extraction"
+        self.vector = self.runner.pipeline.spec.vector_output
         id_column = dict(fields or {}).get(ID, ID)
         # the id column is the user's to carry: not read, so no row fails on its type
         self.skip = {id_column}

@@ -35,10 +35,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import BertOnnxError, ConfigError, InputError
-from ..pipelines import Pipeline
-from ..progress import Progress
-from ..raycluster import join
+from ..core.errors import BertOnnxError, ConfigError, InputError
+from ..core.pipelines import Pipeline
+from ..cli.progress import Progress
+from ..ray.cluster import join
 from .ray import chunk_runner, ray_module, ship
 from .readers import open_reader
 from .rows import ReadError, RowReader

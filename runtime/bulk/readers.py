@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import ConfigError, InputError
+from ..core.errors import ConfigError, InputError
 from .rows import ID, ReadError
 
 FORMATS = ("jsonl", "csv", "text", "parquet")

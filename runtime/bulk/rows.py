@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..errors import InputError
-from ..pipelines.inputs import Inputs
+from ..core.errors import InputError
+from ..core.pipelines.inputs import Inputs
 
 ID = "id"  # the field that names a row; rows without one are numbered from 0
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..errors import InputError
-from ..pipelines import Pipeline
-from ..pipelines.inputs import Inputs
+from ..core.errors import InputError
+from ..core.pipelines import Pipeline
+from ..core.pipelines.inputs import Inputs
 from .rows import Row, RowReader
 
 ON_ERROR = ("row", "fail")  # an error row in the output, or the job stops at the first one

@@ -15,6 +15,8 @@ committed count, and goes on from the committed row. At the end the output is mo
 one rename (Parquet: the parts are first merged, one row group each, into one file), so OUT is
 only ever a complete output. The same input, model and flags give the same bytes, whether the
 job ran in one go or was resumed: every chunk holds the same rows and is written the same way.
+Every rename is runtime/core/atomic.py's (`write_file`, `install`); OUT.partial/ is the job's
+own scratch, kept when the job stops so that `--resume` goes on from it.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.atomic import install, write_file
+from ..core.errors import InputError
 from .readers import pyarrow_parquet
 
 COMMIT = "commit.json"
@@ -40,25 +43,6 @@ def partial_dir(target: Path) -> Path:
     return target.with_name(target.name + PARTIAL)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """`path` holds `data` on disk, or is absent: written beside, fsynced, renamed."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
 @dataclass
 class Commit:
     """How far a job got. `job` identifies the job (a resume must match it); `state` is the
@@ -71,7 +55,7 @@ class Commit:
     state: dict = field(default_factory=dict)
 
     def save(self, folder: Path) -> None:
-        _write_durably(folder / COMMIT, json.dumps(asdict(self), sort_keys=True).encode())
+        write_file(folder / COMMIT, json.dumps(asdict(self), sort_keys=True).encode())
 
     @classmethod
     def load(cls, folder: Path) -> "Commit | None":
@@ -117,8 +101,7 @@ class Sink:
         raise NotImplementedError
 
     def _install(self, path: Path) -> None:
-        os.replace(path, self.target)
-        _fsync_dir(self.target.parent)
+        install(path, self.target, durable=True)
         shutil.rmtree(self.folder)
 
 
@@ -208,7 +191,7 @@ class ParquetSink(Sink):
         return out.getvalue().to_pybytes()
 
     def store(self, data: bytes) -> None:
-        _write_durably(self._part(self.commit.chunks), data)
+        write_file(self._part(self.commit.chunks), data)
 
     def finish(self) -> None:
         merged = self.folder / "merged.parquet"

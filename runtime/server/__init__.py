@@ -25,16 +25,28 @@ exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
 Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, JSON out,
 client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
 app.py (the Starlette app), wire.py (how an inference route reads requests and writes
-answers; /predict's, openai.py's, v2.py's), tensors.py (each task's v2 tensors),
+answers; /predict's, openai.py's, v2.py's; each task's v2 tensors are its pipeline's),
 connections.py (header deadline and connection cap on uvicorn's
 h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
 click command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the
 `ray` extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
 """
-from .app import create_app
-from .process import bind, run_server
 from .protocol import ClientError, allowed_parameters, parse_request
 from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
 __all__ = ["ClientError", "Limits", "RayOptions", "ServeOptions", "Timeouts",
            "allowed_parameters", "bind", "create_app", "parse_request", "run_server"]
+
+
+def __getattr__(name: str):
+    # app.py and process.py import starlette and uvicorn (the serve extra): only when asked
+    # for, so this package, which holds the `serve` command, imports light (`serve --help`)
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    if name in ("bind", "run_server"):
+        from . import process  # starlette and uvicorn, as above
+
+        return getattr(process, name)
+    raise AttributeError(name)

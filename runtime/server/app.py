@@ -6,11 +6,12 @@ happens (readiness probes); requests then go through the protocol (protocol.py) 
 dynamic batcher (batching.py), which calls the pipeline.
 
 An inference request (/predict, /v1/embeddings, /v2/models/{name}/infer: `infer`, each route
-with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s: 408), judged whole before it is
-queued (protocol.Prepared: 400/413 naming the parameter or the limit), and while it waits for
-the model its connection is watched: a client that goes away is counted apart (not a 5xx) and
-its queued work is dropped. On SIGTERM (process.py calls `begin_drain`) the server answers
-what it has; what is still unanswered --drain-timeout-s later gets 503 and the exit status 1.
+with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s:
+408), judged whole before it is queued (protocol.Prepared: 400/413 naming the parameter or the
+limit), and while it waits for the model its connection is watched: a client that goes away is
+counted apart (not a 5xx) and its queued work is dropped. On SIGTERM (process.py calls
+`begin_drain`) the server answers what it has; what is still unanswered --drain-timeout-s later
+gets 503 and the exit status 1.
 """
 from __future__ import annotations
 
@@ -23,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError, BertOnnxError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ..core.errors import ArtifactError, BertOnnxError
+from . import openai, v2
 from .batching import DynamicBatcher
 from .metrics import Metrics
 from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
@@ -105,7 +113,8 @@ class _Handlers:
     # -- loading --------------------------------------------------------------------------
 
     def load(self):
-        from .. import load as load_pipeline
+        # onnxruntime comes with the model, in the loading thread: /health answers meanwhile
+        from ..core.pipelines import load as load_pipeline
 
         # One server batch = one micro-batch of the pipeline (it splits longer lists).
         return load_pipeline(self.state.model_dir, providers=self.options.providers,
@@ -153,8 +162,6 @@ class _Handlers:
     async def read_body(self, request, key: int) -> bytes:
         """The body, within --max-body-bytes (413) and --body-timeout-s (408, connection
         closed); ClientGone if the client hangs up meanwhile."""
-        from starlette.requests import ClientDisconnect
-
         limits, reading = self.options.limits, self.state.reading
         limit = limits.max_body_bytes
         length = request.headers.get("content-length")
@@ -232,8 +239,6 @@ class _Handlers:
     async def infer(self, request, wire: Wire):
         """One inference request of any protocol, start to finish: readiness, the drain, the
         answer, the error statuses and the metrics."""
-        from starlette.responses import Response
-
         state = self.state
         t0 = time.perf_counter()
         state.metrics.in_flight += 1
@@ -290,8 +295,6 @@ class _Handlers:
     # -- /health, /metrics, errors --------------------------------------------------------
 
     async def health(self, request):
-        from starlette.responses import JSONResponse
-
         state = self.state
         if state.draining:
             return JSONResponse({"status": "draining"}, 503)
@@ -302,22 +305,16 @@ class _Handlers:
         return JSONResponse({"status": "loading"}, 503)
 
     async def metrics(self, request):
-        from starlette.responses import PlainTextResponse
-
         state = self.state
         text = state.metrics.render(ready=state.ready,
                                     queued=state.batcher.queued if state.batcher else 0)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def http_error(self, request, exc):
-        from starlette.responses import JSONResponse
-
         return JSONResponse({"error": exc.detail, "type": "HTTPError"}, exc.status_code,
                             headers=getattr(exc, "headers", None))
 
     async def server_error(self, request, exc):
-        from starlette.responses import JSONResponse
-
         incident = uuid.uuid4().hex[:12]
         log.error("internal error %s on %s: %r", incident, request.url.path, exc)
         return JSONResponse({"error": f"internal error {incident}; see the server log",
@@ -341,12 +338,6 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
 
     `loader()` returns the pipeline (default: `bertonnx.runtime.load` on model_dir with the
     options' providers/threads); `on_fatal()` is called if loading fails."""
-    from starlette.applications import Starlette
-    from starlette.exceptions import HTTPException
-    from starlette.routing import Route
-
-    from . import openai, v2
-
     h = _Handlers(_State(Path(model_dir), options, on_fatal=on_fatal), loader)
     app = Starlette(
         routes=[Route("/predict", h.predict, methods=["POST"]),

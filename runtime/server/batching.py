@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..bounds import MAX_BATCH_SIZE
-from ..errors import InputError
+from ..core.bounds import MAX_BATCH_SIZE
+from ..core.errors import InputError
 
 # run(payloads, params) -> one result per payload; raises PayloadError (or an InputError)
 # for a bad input.

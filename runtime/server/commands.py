@@ -7,10 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..bounds import MAX_BATCH_SIZE, MAX_THREADS
-from ..errors import ConfigError
+from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
+from ..core.errors import ConfigError
 from .batching import MAX_WORKERS, BatchConfig
-from .process import run_server
 from .settings import Limits, RayOptions, ServeOptions, Timeouts
 
 _L, _T = Limits(), Timeouts()
@@ -130,6 +129,9 @@ def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_
     for flag in ray_flags:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --ray ADDRESS", ctx)
+    # starlette and uvicorn (the serve extra) only once the server runs: `serve --help` stays light
+    from .process import run_server
+
     return run_server(model_dir, options, log_level="debug" if debug else "warning",
                       announce=lambda line: click.echo(line, err=True))
 
@@ -139,7 +141,7 @@ def _serve_on_ray(ctx, model_dir, options: ServeOptions, ray_options: RayOptions
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply with --ray: "
                                    "Ray Serve's proxy holds the connections", ctx)
-    try:
+    try:  # ray is an extra: imported only with --ray, and it may be absent
         from .ray_serve import serve_on_ray
     except ImportError as e:
         if (e.name or "ray").partition(".")[0] != "ray":

@@ -27,9 +27,11 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from ..core.tensors import hidden_size
 from .protocol import Parsed
-from .tensors import hidden_size
 from .wire import ANY_METHOD, Call, FieldError, Wire
 
 TASK = "feature-extraction"
@@ -52,8 +54,6 @@ def error_response(status: int, message: str, kind: str, headers: dict | None = 
                    parameter: str | None = None):
     """OpenAI's error object: `type` invalid_request_error for what the client can fix,
     server_error for the rest; `code` names our kind of error."""
-    from starlette.responses import JSONResponse
-
     kind_of = "server_error" if status >= 500 else "invalid_request_error"
     return JSONResponse({"error": {"message": message, "type": kind_of, "param": parameter,
                                    "code": _code(kind)}}, status, headers=headers)
@@ -116,8 +116,6 @@ class EmbeddingsWire(Wire):
         return Call(Parsed(texts, False, dict(PARAMETERS)), (encoding, state.name))
 
     def respond(self, answer, call: Call, work):
-        from starlette.responses import Response
-
         encoding, model = call.context
         data = [{"object": "embedding", "index": i, "embedding": _encode(vector, encoding)}
                 for i, vector in enumerate(answer)]
@@ -170,9 +168,6 @@ def model_record(state) -> dict[str, Any]:
 
 def routes(h) -> list:
     """The /v1 routes on the app's handlers `h` (app._Handlers)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
     state = h.state
 
     async def embeddings(request):

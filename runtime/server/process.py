@@ -11,10 +11,13 @@ import signal
 import socket
 from pathlib import Path
 
-from ..defaults import resolve_export
-from ..errors import ArtifactError, BertOnnxError, InputError
-from ..foreign import read_manifest
+import uvicorn
+
+from ..core.defaults import resolve_export
+from ..core.errors import ArtifactError, BertOnnxError, InputError
+from ..core.foreign import read_manifest
 from .app import create_app
+from .connections import guarded_protocol
 from .settings import ServeOptions
 
 # Descriptors the process needs besides client connections: the listening socket, the model
@@ -83,11 +86,7 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                log_level: str = "warning", announce=print) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain; DrainCut
     when the drain timeout cut requests)."""
-    import uvicorn
-
-    from .connections import guarded_protocol  # uvicorn's, so imported with it
-
-    model_dir = resolve_export(model_dir)  # `default`: the shipped export (runtime/defaults.py)
+    model_dir = resolve_export(model_dir)  # `default`: the shipped export (core/defaults.py)
     manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
     fit_descriptor_limit(options.max_connections)
     sock = bind(options.host, options.port)
@@ -107,7 +106,7 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         # a backstop only: the app cuts what is left at drain_s and answers it 503; uvicorn
         # would cancel the rest (answering 500) this much later
         timeout_graceful_shutdown=int(timeouts.drain_s) + 5)
-    server = _server_class()(config, state)
+    server = _Server(config, state)
     host, port = sock.getsockname()[:2]
     announce(f"bertonnx: serving {model_dir} ({manifest.task}) as {state.name} on "
              f"http://{host}:{port} — POST /predict, /v1/embeddings, /v2/models/{state.name}/"
@@ -130,24 +129,18 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     return 0
 
 
-def _server_class() -> type:
-    """uvicorn.Server with a hook on the signal (a function: uvicorn is imported late)."""
-    import uvicorn
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the app when a signal starts the drain."""
 
-    class Server(uvicorn.Server):
-        """uvicorn's server, telling the app when a signal starts the drain."""
+    def __init__(self, config, state):
+        super().__init__(config)
+        self.app_state = state
 
-        def __init__(self, config, state):
-            super().__init__(config)
-            self.app_state = state
-
-        def handle_exit(self, sig, frame) -> None:
-            super().handle_exit(sig, frame)
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
-            # a signal handler runs between bytecodes: hand the work to the loop
-            loop.call_soon_threadsafe(self.app_state.begin_drain)
-
-    return Server
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        # a signal handler runs between bytecodes: hand the work to the loop
+        loop.call_soon_threadsafe(self.app_state.begin_drain)

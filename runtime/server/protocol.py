@@ -8,22 +8,17 @@ the batcher is a list of read inputs with checked parameters, cut in parts of at
 max_batch_size inputs."""
 from __future__ import annotations
 
-import inspect
 import json
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..contract import pipeline_class
-from ..errors import InputError
+from ..core.tasks import TASKS, pipeline_class
+
+from ..core.errors import InputError
 from .batching import PayloadError
 from .settings import Limits, flag
-
-# Parameters a request may not set: the server decides batching, the inputs live in "inputs".
-_RESERVED = {"self", "inputs", "args", "kwargs", "question", "context", "batch_size",
-             "return_tensors"}  # numpy arrays mean nothing in JSON
-
 
 # -- errors ----------------------------------------------------------------------------------
 
@@ -157,21 +152,10 @@ class Prepared:
         return pipe.unwrap([r for part in results for r in part], self.read, **self.params)
 
 
-def allowed_parameters(pipeline) -> frozenset[str] | None:
-    """Keyword arguments the pipeline's __call__ names (None: it takes **kwargs, let it judge)."""
-    try:
-        sig = inspect.signature(pipeline.__call__)
-    except (TypeError, ValueError):
-        return None
-    names = set()
-    for i, p in enumerate(sig.parameters.values()):
-        if p.kind is p.VAR_KEYWORD:
-            return None
-        if p.kind is p.VAR_POSITIONAL or (i == 0 and p.kind is p.POSITIONAL_ONLY):
-            continue
-        names.add(p.name)
-    first = next(iter(sig.parameters), None)
-    return frozenset(names - _RESERVED - {first})
+def allowed_parameters(pipeline) -> frozenset[str]:
+    """What a request's "parameters" may set: the task record's request parameters (batching
+    is the server's, numpy arrays mean nothing in JSON)."""
+    return TASKS[pipeline.task].request_parameters
 
 
 # -- one pipeline call for many requests -----------------------------------------------------
@@ -192,7 +176,7 @@ class PipelineRunner:
 
     def __call__(self, parts: list, params: dict) -> list:
         # imported with the model, not the server package (pipelines bring onnxruntime)
-        from ..pipelines.inputs import Inputs
+        from ..core.pipelines.inputs import Inputs
 
         merged = parts[0] if len(parts) == 1 else Inputs.concat(parts)
         try:
@@ -207,13 +191,3 @@ class PipelineRunner:
                                f"{len(out) if isinstance(out, list) else '?'} for "
                                f"{len(merged)} inputs")
         return Inputs.split(out, parts)
-
-
-def jsonable(o):
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, np.generic):
-        return o.item()
-    if is_dataclass(o) and not isinstance(o, type):
-        return asdict(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")

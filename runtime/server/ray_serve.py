@@ -37,12 +37,16 @@ from pathlib import Path
 import ray
 from ray import serve
 from ray.exceptions import RayActorError
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+from ray.serve.context import _get_global_client
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
-from ..defaults import resolve_export
-from ..errors import ArtifactError, InputError
-from ..foreign import read_manifest
-from ..raycluster import join
+from ..core.defaults import resolve_export
+from ..core.errors import ArtifactError, InputError
+from ..core.foreign import read_manifest
+from ..ray.cluster import join
 from .app import create_app
 from .protocol import error_body
 from .relay import HttpRequest, HttpResponse, Lifespan, exchange
@@ -92,8 +96,6 @@ class Ingress:
         self.attempts = ray_options.attempts
 
     async def __call__(self, request):
-        from starlette.requests import ClientDisconnect
-
         try:
             record = await self._read(request)
         except TimeoutError:
@@ -154,8 +156,6 @@ def _unavailable(message: str, kind: str) -> HttpResponse:
 
 
 def _response(answer: HttpResponse):
-    from starlette.responses import Response
-
     response = Response(answer.body, answer.status)
     # the app's own headers, content-length included, in its order
     names = {k.lower() for k, _ in answer.headers}
@@ -302,8 +302,6 @@ def _stop(name: str, started: bool) -> None:
 
 
 def _serve_running() -> bool:
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
     try:
         ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     except ValueError:
@@ -314,8 +312,6 @@ def _serve_running() -> bool:
 def _proxy_address(host: str, port: int) -> tuple[str, int]:
     """Where Serve's proxy listens: Serve started earlier on the cluster keeps its own
     address, which must then be the one asked for."""
-    from ray.serve.context import _get_global_client
-
     config = _get_global_client().http_config
     if (config.host, config.port) != (host, port):
         raise InputError(f"Ray Serve already runs on this cluster on {config.host}:"

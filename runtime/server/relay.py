@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ..errors import ArtifactError
+from ..core.errors import ArtifactError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .batching import BatchConfig
 
 

@@ -10,11 +10,12 @@
                                               "outputs"?: [...]} -> {"model_name",
                                               "model_version", "id"?, "outputs": [...]}
 
-The tensors of each task are tensors.py's table. `parameters` of a request are the pipeline's
-keyword arguments that table allows (plus Triton's `binary_data_output`; `priority` and
-`timeout` are accepted and ignored: one queue, and --body-timeout-s). Requested `outputs` are
-answered in their order, others left out; `id` is echoed. Errors are `{"error": "..."}`: 400
-for a bad request, 404 for another model's name, and the server's other statuses (413, 503).
+The tensors of each task are its pipeline's (`Pipeline.tensors`, runtime/core/tensors.py).
+`parameters` of a request are the pipeline's keyword arguments that table allows (plus Triton's
+`binary_data_output`; `priority` and `timeout` are accepted and ignored: one queue, and
+--body-timeout-s). Requested `outputs` are answered in their order, others left out; `id` is
+echoed. Errors are `{"error": "..."}`: 400 for a bad request, 404 for another model's name, and
+the server's other statuses (413, 503).
 
 The binary tensor data extension is supported both ways, since tritonclient uses it by
 default: a body whose `Inference-Header-Content-Length` header says the JSON ends early
@@ -32,10 +33,12 @@ from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from ..pipelines.parameters import check
+from ..core.parameters import check
+from ..core.tensors import BYTES, HIDDEN, TaskTensors, Tensor, hidden_size
 from .protocol import ClientError, Parsed
-from .tensors import BYTES, HIDDEN, TENSORS, TaskTensors, Tensor, hidden_size
 from .wire import ANY_METHOD, Call, Wire
 
 VERSION = "1"                     # the one version of the one model served
@@ -86,7 +89,7 @@ class InferWire(Wire):
         request_id = data.get("id")
         if request_id is not None and not isinstance(request_id, str):
             raise _bad('"id" must be a string')
-        spec = TENSORS[state.pipeline.task]
+        spec = state.pipeline.tensors
         params = data.get("parameters") or {}
         if not isinstance(params, dict):
             raise _bad('"parameters" must be a JSON object')
@@ -104,8 +107,6 @@ class InferWire(Wire):
                     Answer(request_id, outputs, spec, state.name))
 
     def respond(self, answer, call: Call, work):
-        from starlette.responses import Response
-
         ctx: Answer = call.context
         arrays = ctx.tensors.write(answer)
         outputs, chunks = [], []
@@ -129,8 +130,6 @@ class InferWire(Wire):
                         headers={"Inference-Header-Content-Length": str(len(head))})
 
     def error(self, status, message, kind, headers=None, parameter=None):
-        from starlette.responses import JSONResponse
-
         return JSONResponse({"error": message}, status, headers=headers)
 
 
@@ -293,7 +292,7 @@ def _to_binary(array: np.ndarray, datatype: str) -> bytes:
 
 
 def model_metadata(state) -> dict:
-    spec = TENSORS[state.pipeline.task]
+    spec = state.pipeline.tensors
 
     def shape(t: Tensor) -> list[int]:
         return [hidden_size(state.pipeline) if d == HIDDEN else d for d in t.shape]
@@ -307,9 +306,6 @@ def model_metadata(state) -> dict:
 
 def routes(h) -> list:
     """The /v2 routes on the app's handlers `h` (app._Handlers)."""
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
     state = h.state
 
     def refusal(status: int, message: str, headers=None):

@@ -18,7 +18,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import ClientError, Parsed, error_body, jsonable, parse_request
+from starlette.responses import Response
+
+from ..core.tensors import jsonable
+from .protocol import ClientError, Parsed, error_body, parse_request
 
 
 # a catch-all route's methods: an unknown path is a 404 whatever the method
@@ -59,15 +62,11 @@ class Wire:
     def respond(self, answer, call: Call, work):
         """The HTTP response for the pipeline's answer (`work`: what the call cost, its
         tokens, as protocol.Prepared.price counted them)."""
-        from starlette.responses import Response
-
         body = json.dumps(answer, default=jsonable, ensure_ascii=False).encode()
         return Response(body, 200, media_type="application/json")
 
     def error(self, status: int, message: str, kind: str, headers: dict | None = None,
               parameter: str | None = None):
-        from starlette.responses import Response
-
         return Response(error_body(message, kind), status, media_type="application/json",
                         headers=headers)
 

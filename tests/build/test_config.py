@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from bertonnx.build import PRESETS, BertConfig, build_model, preset
+from bertonnx.build import PRESETS, TASKS, BertConfig, build_model, preset
 
 
 def test_from_hf_reads_every_shape_field():
@@ -46,8 +46,6 @@ def test_presets_are_consistent(name):
 
 
 def test_tiny_preset_builds_every_task():
-    from bertonnx.build import TASKS
-
     for task in TASKS:
         model = build_model(preset("tiny"), task)
         assert sum(p.numel() for p in model.parameters()) < 200_000, task

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import huggingface_hub
 import pytest
 import torch
+import transformers
+from huggingface_hub import constants
 from safetensors.torch import load_file, save_file
 
 from bertonnx.build import BertConfig, load_checkpoint, load_pretrained, load_tokenizer, preset
-from bertonnx.runtime.errors import ArtifactError, BertOnnxError, ConfigError
+from bertonnx.runtime.core.errors import ArtifactError, BertOnnxError, ConfigError
 
 
 def raises(exc_type, *needles):
@@ -129,8 +132,6 @@ def test_corrupt_safetensors(tiny_hf_checkpoint):
 
 
 def test_missing_shard(tiny_hf_checkpoint, tmp_path):
-    import transformers
-
     src = tiny_hf_checkpoint()
     out = tmp_path / "sharded"
     transformers.BertForMaskedLM.from_pretrained(src).save_pretrained(out, max_shard_size="20KB")
@@ -196,8 +197,6 @@ def test_tokenizer_errors(tmp_path):
 # --- hub ids ---------------------------------------------------------------------------------
 
 def test_hub_id_downloads_through_huggingface_hub(tiny_hf_checkpoint, monkeypatch):
-    import huggingface_hub
-
     folder = tiny_hf_checkpoint("question-answering")
     calls = []
 
@@ -216,8 +215,6 @@ def test_hub_id_downloads_through_huggingface_hub(tiny_hf_checkpoint, monkeypatc
 def test_unreachable_hub_id(monkeypatch, tmp_path):
     # The real huggingface_hub code path against an endpoint that refuses connections and an
     # empty cache: what an offline user with a typo or no network sees.
-    from huggingface_hub import constants
-
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     with raises(ArtifactError, "someone/not-here", "network"):
@@ -225,8 +222,6 @@ def test_unreachable_hub_id(monkeypatch, tmp_path):
 
 
 def test_damaged_shard_index(tiny_hf_checkpoint, tmp_path):
-    import transformers
-
     out = tmp_path / "sharded"
     transformers.BertForMaskedLM.from_pretrained(tiny_hf_checkpoint()).save_pretrained(
         out, max_shard_size="20KB")

@@ -17,11 +17,11 @@ import transformers
 
 from bertonnx.build import BertConfig, build_model, load_checkpoint
 from bertonnx.build.checkpoint import infer_task
-from bertonnx.build.families import FAMILIES
 from bertonnx.build.keys import KEY_TABLES
-from bertonnx.runtime.contract import (ARCHITECTURE_TASKS, EXPORT_TASKS, HF_CLASS_PREFIXES,
-                                       hf_class)
-from bertonnx.runtime.errors import ConfigError
+from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, hf_class
+from bertonnx.runtime.core.families import FAMILIES
+from bertonnx.runtime.core.tasks import EXPORT_TASKS
+from bertonnx.runtime.core.errors import ConfigError
 
 from ._compare import HF_OUTPUTS, as_tuple, assert_close, padded_batch
 
@@ -230,7 +230,7 @@ def test_unsupported_model_type_is_one_line_naming_the_supported(tiny_hf_checkpo
 
 
 def test_key_tables_are_one_to_one_and_cover_every_family():
-    assert set(KEY_TABLES) == set(FAMILIES) == set(HF_CLASS_PREFIXES)
+    assert set(KEY_TABLES) == {f.key_map for f in FAMILIES.values()}
     for model_type, table in KEY_TABLES.items():
         ours = [v for v in table.hf_to_ours_map.values() if v is not None]
         assert len(ours) == len(set(ours)), model_type  # used both ways: no two HF names merge

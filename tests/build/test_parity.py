@@ -12,7 +12,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from bertonnx.build import TASKS, load_checkpoint, load_pretrained
+from bertonnx.build import TASKS, load_checkpoint, load_pretrained, load_tokenizer
 from bertonnx.build.keys import hf_to_ours, ours_to_hf
 
 from ._compare import assert_close, max_diff, padded_batch, run_both
@@ -222,8 +222,6 @@ def test_new_label_count_reinitialises_classifier(tiny_hf_checkpoint, caplog):
 
 @pytest.mark.slow
 def test_minilm_feature_extraction(minilm_dir):
-    from bertonnx.build import load_tokenizer
-
     tok = load_tokenizer(minilm_dir)
     texts = ["The quick brown fox jumps over the lazy dog.",
              "Paris is the capital of France.", "Hi!",

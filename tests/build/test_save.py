@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
 from bertonnx.build import (TASKS, BertConfig, build_model, load_checkpoint, load_pretrained,
                             load_tokenizer)
@@ -88,8 +89,6 @@ def test_round_trip_of_loaded_checkpoint_copies_tokenizer(tiny_hf_checkpoint, tm
 
 
 def test_tied_decoder_saved_once_and_tied_after_load(tmp_path):
-    from safetensors.torch import load_file
-
     model = scratch_model("fill-mask")
     out = model.save_pretrained(tmp_path / "mlm")
     keys = set(load_file(out / "model.safetensors"))

@@ -1,49 +1,23 @@
 """Training building blocks without a training loop: losses vs transformers, masking statistics,
-packing and NSP pairs, data readers' errors, metrics against hand-computed references.
-
-Also holds `make_corpus` / `make_tokenizer`, the small synthetic English corpus the other
-test_train_* modules train on.
-"""
+packing and NSP pairs, data readers' errors, metrics against hand-computed references."""
 from __future__ import annotations
 
 import json
-import random
-from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
 from bertonnx.build import losses
-from bertonnx.build.train import TokenizerConfig, train_tokenizer
 from bertonnx.build.train import datasets as ds
 from bertonnx.build.train import metrics
 from bertonnx.build.train.masking import mask_tokens, sample_uniform
 from bertonnx.build.train.pretraining import (Masker, line_by_line, nsp_instances, pack,
                                               read_documents)
-from bertonnx.runtime.errors import InputError
-from bertonnx.runtime.tokenizer import load_tokenizer
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tokenizer import load_tokenizer
 
-_SUBJ = "the cat|the dog|a man|the old woman|my friend|the team".split("|")
-_VERB = "sat on|looked at|walked to|played with|talked about|ran past".split("|")
-_OBJ = "the mat|the house|a river|the city|the new film|the happy child".split("|")
-
-
-def make_corpus(path: Path, lines: int = 400, seed: int = 0, docs: int = 20) -> Path:
-    """Sentences from a small grammar, blank lines between `docs` documents: learnable fast."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(lines):
-        out.append(f"{rng.choice(_SUBJ)} {rng.choice(_VERB)} {rng.choice(_OBJ)}.")
-        if (i + 1) % (lines // docs) == 0:
-            out.append("")
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    return path
-
-
-def make_tokenizer(folder: Path, corpus: Path, vocab_size: int = 100) -> Path:
-    return train_tokenizer(TokenizerConfig(corpus=(corpus,), out=folder, vocab_size=vocab_size,
-                                           min_frequency=1))
+from ._corpus import make_corpus, make_tokenizer
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .test_train_data import make_corpus, make_tokenizer
+from ._corpus import make_corpus, make_tokenizer
 
 CONFIG = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2,
           "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64,

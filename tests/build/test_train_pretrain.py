@@ -9,11 +9,11 @@ import pytest
 import torch
 import transformers
 
-from bertonnx.build import load_pretrained
+from bertonnx.build import BertConfig, build_model, load_pretrained
 from bertonnx.build.train import PretrainConfig, TrainConfig, pretrain
 from bertonnx.runtime.cli import main
 
-from .test_train_data import make_corpus, make_tokenizer
+from ._corpus import make_corpus, make_tokenizer
 
 TINY = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "max_position_embeddings": 64}
@@ -116,8 +116,6 @@ def test_bad_input_fails_before_training(setup, tmp_path, capsys):
 @pytest.mark.parametrize("task", ["fill-mask", "pretraining"])
 def test_mlm_positions_decode_only_the_masked_rows(task):
     """Pretraining decodes only the masked positions; those rows equal the full logits'."""
-    from bertonnx.build import BertConfig, build_model
-
     torch.manual_seed(0)
     model = build_model(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                                    num_attention_heads=2, intermediate_size=32,

@@ -6,10 +6,10 @@ from transformers import BertTokenizer, BertTokenizerFast
 
 from bertonnx.build.train import TokenizerConfig, train_tokenizer
 from bertonnx.runtime.cli import main
-from bertonnx.runtime.errors import InputError
-from bertonnx.runtime.tokenizer import load_tokenizer
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.tokenizer import load_tokenizer
 
-from .test_train_data import make_corpus
+from ._corpus import make_corpus
 
 TEXTS = ["The cat sat on the mat.", "A MAN walked to Paris!", "the dog's happy-ish river",
          "Café naïve — unseenword", ""]

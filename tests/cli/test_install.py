@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bertonnx.runtime.cli import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[2]
 # what a clean clone holds that the build does not need (or that a dev tree adds)
 SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "artifacts", ".setuptools-build",
@@ -102,8 +104,6 @@ def test_help_lists_every_command(user_venv):
     bin_, _ = user_venv
     r = _run([bin_ / "bertonnx", "--help"], cwd=bin_)
     assert r.returncode == 0, r.stderr
-    from bertonnx.runtime.cli import COMMANDS
-
     for name in COMMANDS:
         assert f"  {name} " in r.stdout
     assert "pip install 'bertonnx[serve]'" in r.stdout  # the listing says what is missing

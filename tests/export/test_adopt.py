@@ -12,8 +12,8 @@ from bertonnx.export.adopt import AdoptOptions, adopt
 from bertonnx.export.fusion import attention_count
 from bertonnx.runtime import ArtifactError, CheckFailed, InputError, load
 from bertonnx.runtime.cli import main
-from bertonnx.runtime.contract import FP32_ATOL, MODEL_NAME
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.runtime.core.contract import FP32_ATOL, MODEL_NAME
+from bertonnx.runtime.core.manifest import Manifest
 
 from tests.conftest import CLS, EMB, FM, NER, QA, TASK_NAMES, make_foreign_export
 from tests.runtime._compare import assert_same

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertonnx.runtime.cli import main
-from bertonnx.runtime.contract import FP32_ATOL
+from bertonnx.runtime.core.contract import FP32_ATOL
 
 
 def test_export_json_prints_the_manifest(tiny_checkpoint, tmp_path, capsys):
@@ -94,7 +94,7 @@ def test_task_is_read_from_architectures(tiny_checkpoint, task):
 
 
 def test_export_without_task_uses_architectures_and_explicit_task_wins(tiny_checkpoint, tmp_path, capsys):
-    from bertonnx.runtime.manifest import Manifest
+    from bertonnx.runtime.core.manifest import Manifest
 
     ckpt = tiny_checkpoint("text-classification")
     assert main(["export", str(ckpt), "--out", str(tmp_path / "a"), "--no-parity"]) == 0
@@ -122,7 +122,7 @@ def test_int8_refusal_names_metric_and_the_way_out(tiny_checkpoint, monkeypatch)
 
     from bertonnx.build import load_pretrained
     from bertonnx.export import api, precisions
-    from bertonnx.runtime.errors import CheckFailed
+    from bertonnx.runtime.core.errors import CheckFailed
 
     failing = {"mode": "int8", "metrics": {"span": 0.75},
                "agreement": 0.75, "min_agreement": 0.9, "examples": 40, "passed": False}

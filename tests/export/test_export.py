@@ -10,10 +10,10 @@ import pytest
 
 from bertonnx.export import ExportOptions, export_model
 from bertonnx.export import fusion, graph, parity
-from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MANIFEST_NAME, MODEL_NAME,
+from bertonnx.runtime.core.contract import (FP32_ATOL, INPUT_NAMES, MANIFEST_NAME, MODEL_NAME,
                                        PARITY_SHAPES, output_names)
-from bertonnx.runtime.errors import ArtifactError, CheckFailed, TaskMismatchError
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.runtime.core.errors import ArtifactError, CheckFailed, TaskMismatchError
+from bertonnx.runtime.core.manifest import Manifest
 
 from tests.conftest import SENTIMENT, TASK_NAMES
 
@@ -182,7 +182,7 @@ def test_parity_failure_fails_the_export(tiny_checkpoint, tmp_path, monkeypatch)
 
 def test_task_mismatch_and_bad_options(tiny_checkpoint, tmp_path):
     from bertonnx.build import load_pretrained
-    from bertonnx.runtime.errors import InputError
+    from bertonnx.runtime.core.errors import InputError
 
     model = load_pretrained(tiny_checkpoint("fill-mask"), "fill-mask")
     with pytest.raises(TaskMismatchError):

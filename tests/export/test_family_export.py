@@ -15,11 +15,13 @@ import onnx
 import pytest
 import torch
 
-from bertonnx.export import ExportOptions, export_model, fusion, parity, quantize
-from bertonnx.runtime.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME,
-                                       POSITIONS_FROM_PADDING, hf_class, output_names)
-from bertonnx.runtime.errors import CheckFailed
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.export import ExportOptions, export_model, fusion, parity
+from bertonnx.export.int8 import quantize
+from bertonnx.runtime.core.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME, hf_class,
+                                            output_names)
+from bertonnx.runtime.core.errors import CheckFailed
+from bertonnx.runtime.core.families import family as family_row
+from bertonnx.runtime.core.manifest import Manifest
 
 from tests.conftest import BIO, SENTIMENT, TASK_NAMES, family_spec, make_checkpoint
 
@@ -120,7 +122,7 @@ def test_parity_on_every_output(exported, family, task):
     # after the padding id, so it is max_position_embeddings - pad_token_id - 1.
     cfg = json.loads((folder / "config.json").read_text())
     longest = cfg["max_position_embeddings"]
-    if family in POSITIONS_FROM_PADDING:
+    if family_row(family).positions_from_padding:
         longest -= cfg["pad_token_id"] + 1  # 66 - 1 - 1
     assert max(s for _, s in p["shapes"]) == longest == 64
     assert {b for b, _ in p["shapes"]} == {1, 2, 7}

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bertonnx.export.fusion import unfuse_residual_norms
-from bertonnx.runtime.session import create_session
+from bertonnx.runtime.core.session import create_session
 
 HIDDEN = 16
 

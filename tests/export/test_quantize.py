@@ -5,8 +5,10 @@ import numpy as np
 import onnx
 import pytest
 
-from bertonnx.export import ExportOptions, export_model, graph, quantize, tied_decoder
-from bertonnx.runtime.contract import INT8_MIN_AGREEMENT, MODEL_NAME
+from bertonnx.export import ExportOptions, export_model, graph, tied_decoder
+from bertonnx.export.int8 import quantize
+from bertonnx.export.int8.settings import DEFAULT_INT8, Int8Settings
+from bertonnx.runtime.core.contract import INT8_MIN_AGREEMENT, MODEL_NAME
 
 from tests.conftest import TASK_NAMES
 
@@ -31,8 +33,8 @@ def test_int8_is_fused_and_quantized(int8_exports, task):
     assert counts["MatMulInteger"] >= 3 * LAYERS
     assert "MatMul" not in counts and "Gemm" not in counts
     assert m.quantization["mode"] == "int8"
-    assert m.quantization["weight_type"] == quantize.DEFAULT_INT8.weight_type
-    assert m.quantization["per_channel"] == quantize.DEFAULT_INT8.per_channel
+    assert m.quantization["weight_type"] == DEFAULT_INT8.weight_type
+    assert m.quantization["per_channel"] == DEFAULT_INT8.per_channel
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
@@ -89,8 +91,8 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(tiny_checkpoint, tmp
     assert {i.name: list(i.dims) for i in fixed.graph.initializer}[emb.input[2]] == [4000, 128]
 
 
-@pytest.mark.parametrize("settings", [quantize.Int8Settings(True, "QUInt8", False),
-                                      quantize.Int8Settings(False, "QInt8", False)])
+@pytest.mark.parametrize("settings", [Int8Settings(True, "QUInt8", False),
+                                      Int8Settings(False, "QInt8", False)])
 def test_other_int8_settings_are_recorded(tiny_checkpoint, tmp_path, settings):
     m = export_model(tiny_checkpoint("text-classification"), "text-classification", tmp_path / "q",
                      ExportOptions(quantize="int8", int8=settings))

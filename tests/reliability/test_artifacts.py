@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bertonnx.runtime import ArtifactError, load
-from bertonnx.runtime.contract import MANIFEST_NAME
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.runtime.core.contract import MANIFEST_NAME
+from bertonnx.runtime.core.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("runtime", "export", "build")

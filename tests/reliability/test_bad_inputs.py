@@ -18,8 +18,8 @@ import pytest
 
 from bertonnx.runtime import (ArtifactError, BertOnnxError, ConfigError, InputError,
                               TaskMismatchError, load)
-from bertonnx.runtime.contract import MANIFEST_NAME, MODEL_NAME
-from bertonnx.runtime.manifest import sha256
+from bertonnx.runtime.core.contract import MANIFEST_NAME, MODEL_NAME
+from bertonnx.runtime.core.manifest import sha256
 
 from tests.conftest import CLS, EMB, FM, NER, QA
 
@@ -160,7 +160,7 @@ CASES = [
     _art(r"does not list model\.onnx", "manifest-files-empty"),
     _art(r"wrong type: opset", "manifest-opset-str"),
     # the manifest and config.json deleted: model.onnx alone is no export, not even a folder
-    # made elsewhere (runtime/foreign.py; one with config.json is served with a warning)
+    # made elsewhere (runtime/core/foreign.py; one with config.json is served with a warning)
     _art(r"holds model\.onnx \(Optimum layout\) but no config\.json", "manifest-deleted"),
     _art(r"vocab\.txt is not UTF-8", "vocab-latin1"),
     _art(r"no tokenizer\.json or vocab\.txt", "no-tokenizer"),
@@ -338,13 +338,13 @@ CASES = [
 
 
 def _read(path):
-    from bertonnx.runtime.io import read_input_file
+    from bertonnx.runtime.core.io import read_input_file
 
     return read_input_file(path)
 
 
 def _texts(path):
-    from bertonnx.runtime.io import texts_of
+    from bertonnx.runtime.core.io import texts_of
 
     return texts_of(_read(path), path)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from bertonnx.runtime import ArtifactError, load
-from bertonnx.runtime.contract import MANIFEST_NAME, MODEL_NAME
-from bertonnx.runtime.manifest import Manifest
+from bertonnx.runtime.core.contract import MANIFEST_NAME, MODEL_NAME
+from bertonnx.runtime.core.manifest import Manifest
 
 from .conftest import _cli_env
 

@@ -20,8 +20,8 @@ import onnx
 import pytest
 
 from bertonnx.runtime import ArtifactError, load
-from bertonnx.runtime.contract import MANIFEST_NAME, MODEL_NAME
-from bertonnx.runtime.manifest import sha256
+from bertonnx.runtime.core.contract import MANIFEST_NAME, MODEL_NAME
+from bertonnx.runtime.core.manifest import sha256
 
 from tests.conftest import CLS, FM, NER
 

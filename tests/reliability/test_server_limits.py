@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bertonnx.runtime.pipelines.base import BACKEND_CACHE
+from bertonnx.runtime.core.pipelines.base import BACKEND_CACHE
 from bertonnx.runtime.server.settings import Limits, ServeOptions, Timeouts, flag
 
 from tests.conftest import EMB, FM, NER, QA, make_checkpoint
@@ -430,7 +430,7 @@ def test_a_stalled_upload_never_holds_a_batch(emb_server):
 
 _GATED_SERVE = r"""
 import json, pathlib, sys, time
-from bertonnx.runtime.errors import InputError
+from bertonnx.runtime.core.errors import InputError
 from bertonnx.runtime.server import protocol
 from bertonnx.runtime.cli import main
 
@@ -559,12 +559,13 @@ def test_a_drain_past_its_timeout_answers_503_and_exits_1(tiny_export):
         server.kill()
 
 
-# -- the README's table of limits is the settings' -------------------------------------------
+# -- docs/server-limits.md's table of limits is the settings' --------------------------------
 
 
 def _readme_limits() -> dict[str, str]:
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Server limits", 1)[1].split("\n#", 1)[0]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "server-limits.md").read_text(
+        encoding="utf-8")
+    section = text.split("## Flags and defaults", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| `(--[a-z-]+)` \| ([^|]+?) \|", section, re.M)
     return {name: default.strip() for name, default in rows}
 

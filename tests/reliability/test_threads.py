@@ -1,10 +1,10 @@
 """8 threads × many calls on one loaded pipeline give exactly the sequential results.
 
-The threading model (README "Reliability"): one onnxruntime session per pipeline, shared —
-`InferenceSession.run` is thread-safe; the shared `tokenizers.Tokenizer` is only read
-(encode/decode take `&self`); truncation settings live in per-setting copies cached under a
-lock (`Pipeline.backend`), so no call mutates state another call reads. Each test loads a
-fresh pipeline so that the cache is also filled concurrently, not only read.
+The threading model (docs/reliability.md, "Threading model"): one onnxruntime session per
+pipeline, shared — `InferenceSession.run` is thread-safe; the shared `tokenizers.Tokenizer` is
+only read (encode/decode take `&self`); truncation settings live in per-setting copies cached
+under a lock (`Pipeline.backend`), so no call mutates state another call reads. Each test loads
+a fresh pipeline so that the cache is also filled concurrently, not only read.
 """
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ from tests.conftest import SPECS
 
 @pytest.fixture(scope="session")
 def reference(tiny_checkpoint):
+    # transformers and bertonnx.build (torch) only when a reference is asked for: most runtime
+    # tests are torch-free
     import transformers
 
     from bertonnx.build import TASKS

@@ -1,0 +1,156 @@
+"""int8 recipes, and which one each kind of CPU gets.
+
+A recipe is one way of turning the fused fp32 graph into int8 (RECIPES); a target is a kind of
+CPU (runtime/core/cpu.py tells them apart from /proc/cpuinfo's flags) with its recipes in the
+order they are tried, fastest first as measured by `python -m bertonnx.bench.int8_recipes`
+(TARGETS). Export converts with the first recipe and judges it by task agreement; a recipe the
+gate refuses gives way to the next, so what ships is the fastest one that passes for that CPU.
+
+    recipe             method                                  weights                attention
+    s8-rr              quantize_dynamic of the fused graph     s8 per-channel, 7-bit  QAttention
+    s8                 quantize_dynamic of the fused graph     s8 per-channel         QAttention
+    s8-attention-fp32  quantize_dynamic, Attention left alone  s8 per-channel         fp32
+    nbits8             MatMulNBits, 8-bit blocks of 32, int8 compute (accuracy_level 4)
+                                                               s8 blockwise           fp32
+    static             quantize_static (QDQ), calibrated on real sentences
+                                                               s8 per-channel         fp32
+
+Why a target's order is what it is: each Target's `rationale`, read from evidence.toml with the
+figures behind it (BENCHMARKS.md, "int8 per CPU").
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from bertonnx.runtime.core.cpu import TARGET_KINDS
+from bertonnx.runtime.core.errors import InputError, lookup
+
+from .evidence import target_rationale
+from .settings import Int8Settings
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    method: str                          # "dynamic" | "nbits" | "static"
+    summary: str
+    settings: Int8Settings = field(default_factory=Int8Settings)  # dynamic and static weights
+    attention: bool = True               # quantize the fused Attention (dynamic only)
+
+    def record(self) -> dict:
+        """What the manifest says about the recipe."""
+        out = {"recipe": self.name, "method": self.method, "summary": self.summary}
+        if self.method in ("dynamic", "static"):
+            out.update(asdict(self.settings))
+        if self.method == "dynamic":
+            out["attention"] = "int8 (QAttention)" if self.attention else "fp32"
+        return out
+
+
+_S8 = Int8Settings(per_channel=True, weight_type="QInt8", reduce_range=False)
+_S8_RR = Int8Settings(per_channel=True, weight_type="QInt8", reduce_range=True)
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("s8-rr", "dynamic", "dynamic int8 of the fused graph, s8 per-channel 7-bit weights "
+           "(no int16 saturation on CPUs without VNNI)", _S8_RR),
+    Recipe("s8", "dynamic", "dynamic int8 of the fused graph, s8 per-channel weights", _S8),
+    Recipe("s8-attention-fp32", "dynamic", "dynamic int8 of the fused graph's MatMuls and "
+           "embedding; Attention kept fp32", _S8, attention=False),
+    Recipe("nbits8", "nbits", "MatMulNBits: 8-bit blockwise weights (block 32), int8 compute "
+           "(accuracy_level 4); Attention and embedding kept fp32"),
+    Recipe("static", "static", "static int8 (QDQ) of the fused graph's MatMuls, activations "
+           "calibrated on real sentences; Attention kept fp32", _S8),
+)}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                    # --target-cpu value (runtime.core.cpu.TARGET_KINDS)
+    recipes: tuple[str, ...]     # tried in this order: fastest first
+
+    @property
+    def rationale(self) -> str:
+        """Why this order (evidence.toml): what the manifest records as the evidence."""
+        return target_rationale(self.name)
+
+
+# The order of each row: evidence.toml ([recipes_per_cpu], [targets.KIND]).
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("avx2", ("s8-rr",)),
+    Target("avx512", ("s8-rr",)),
+    Target("avx512-vnni", ("s8", "s8-rr", "s8-attention-fp32", "static")),
+    Target("amx", ("s8", "s8-rr", "s8-attention-fp32", "static")),
+)}
+assert tuple(TARGETS) == TARGET_KINDS  # the runtime's kinds and this table name the same CPUs
+
+
+def target(name: str) -> Target:
+    return lookup(TARGETS, name, "CPU target", choices="use auto or one of")
+
+
+def recipe(name: str) -> Recipe:
+    return lookup(RECIPES, name, "int8 recipe")
+
+
+def resolve_target(name: str) -> tuple[str, str]:
+    """(target kind, how it was chosen) for a --target-cpu value."""
+    from bertonnx.runtime.core.cpu import this_kind
+
+    if name != "auto":
+        return target(name).name, "--target-cpu"
+    kind = this_kind()
+    if kind is None:
+        return "avx2", "auto: this CPU is none of the kinds the table knows; avx2's recipes"
+    return kind, "auto: this CPU's flags"
+
+
+def candidates(options) -> tuple[str, ...]:
+    """The recipes an int8 export tries, in order: the user's settings or recipe, else the
+    target's table row."""
+    if options.int8 is not None:
+        return ("custom",)
+    if options.int8_recipe is not None:
+        return (recipe(options.int8_recipe).name,)
+    return TARGETS[resolve_target(options.target_cpu)[0]].recipes
+
+
+def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict]:
+    """The fused fp32 graph `proto` in int8 by recipe `name` ("custom": options.int8's
+    dynamic settings); returns the graph and the manifest's quantization record."""
+    from . import quantize
+
+    kind, how = resolve_target(options.target_cpu)
+    if name == "custom":
+        q, info = quantize.int8(proto, options.int8, scratch)
+        info.update(recipe="custom", summary="dynamic int8 with the settings given")
+    else:
+        r = recipe(name)
+        if r.method == "dynamic":
+            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
+        elif r.method == "nbits":
+            q, info = quantize.int8_nbits(proto)
+        else:
+            q, info = quantize.int8_static(proto, calibration_feeds(tokenizer), r.settings,
+                                           scratch)
+        info.update(r.record())
+    info.update(target=kind, target_chosen_by=how, evidence=TARGETS[kind].rationale)
+    return q, info
+
+
+def calibration_feeds(tokenizer, batch: int = 8) -> list[dict]:
+    """Static int8's calibration batches: the real sentences of export/texts.py, right-padded
+    like the runtime pads them."""
+    from bertonnx.runtime.core.batches import pad_encodings
+
+    from ..texts import SENTENCES
+
+    if tokenizer is None:
+        raise InputError("static int8 needs the tokenizer to calibrate on real text",
+                         "export with tokenizer files")
+    feeds = []
+    for i in range(0, len(SENTENCES), batch):
+        encs = tokenizer.encode_batch(list(SENTENCES[i:i + batch]))
+        p = pad_encodings(encs, tokenizer.pad_token_id, width=max(len(e.ids) for e in encs))
+        feeds.append({"input_ids": p.input_ids, "attention_mask": p.attention_mask,
+                      "token_type_ids": p.token_type_ids})
+    return feeds

@@ -1,0 +1,114 @@
+"""How an inference command prints a task's answer when --json is not asked for: a small table.
+
+One function per task (`SHOWN`); a task without one prints its JSON, so a new task's command
+works before anyone writes its table. Each reads the pipeline's own answer, one result per
+input (`Pipeline.per_input`), never a second computation.
+"""
+from __future__ import annotations
+
+import json
+
+import click
+import numpy as np
+
+from ..core.postprocess import cosine_matrix
+
+
+def echo_json(obj) -> None:
+    """The library's own result, as JSON."""
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2))
+
+
+def table(rows: list[list], headers: list[str]) -> None:
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for j, r in enumerate(cells):
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if j == 0:
+            click.echo("  ".join("-" * w for w in widths))
+
+
+def _fmt(v) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _fill_mask(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    for text, res in zip(read.records, pipe.per_input(out, read)):
+        click.echo(text)
+        per_mask = res if res and isinstance(res[0], list) else [res]
+        for m, props in enumerate(per_mask):
+            if len(per_mask) > 1:
+                click.echo(f"mask {m + 1}:")
+            table([[p["token_str"], p["score"], p["sequence"]] for p in props],
+                  ["token", "score", "sequence"])
+        click.echo("")
+
+
+def _classify(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    rows = []
+    for pair, labels in zip(read.records, pipe.per_input(out, read, **params)):
+        labels = [labels] if isinstance(labels, dict) else labels   # the best one alone
+        text = " | ".join(v for v in pair if v)
+        for j, lab in enumerate(labels):
+            rows.append([short(text) if j == 0 else "", lab["label"], lab["score"]])
+    table(rows, ["text", "label", "score"])
+
+
+def _qa(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    rows = []
+    for example, answers in zip(read.records, pipe.per_input(out, read)):
+        answers = [answers] if isinstance(answers, dict) else answers   # top_k 1: the dict
+        for j, a in enumerate(answers):
+            rows.append([short(example.question) if j == 0 else "",
+                         a["answer"] or "(no answer)", a["score"], a["start"], a["end"]])
+    table(rows, ["question", "answer", "score", "start", "end"])
+
+
+def _tokens(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    for text, ents in zip(read.records, pipe.per_input(out, read)):
+        click.echo(short(text, 100))
+        if not ents:
+            click.echo("  (no entities)")
+            continue
+        # one entity per token ("entity"), or grouped words ("entity_group")
+        key = "entity" if "entity" in ents[0] else "entity_group"
+        table([[e["word"], e[key], e["score"], e["start"], e["end"]] for e in ents],
+              ["word", key.replace("_", " "), "score", "start", "end"])
+        click.echo("")
+
+
+def _embed(pipe, read, params) -> None:
+    """The vectors' cosine similarities (one vector: its norm and first values)."""
+    vecs = pipe(read.listed(), **{**params, "return_tensors": True})
+    items = list(read.records)
+    click.echo(f"{len(items)} vector(s) of {vecs.shape[1]} dimensions ({params['pooling']} "
+               f"pooling{', normalized' if params['normalize'] else ''})")
+    if len(items) > 1:
+        sims = cosine_matrix(vecs)
+        table([[f"[{i}] {short(t, 40)}", *sims[i].round(4).tolist()]
+               for i, t in enumerate(items)], ["cosine", *[f"[{i}]" for i in range(len(items))]])
+    else:
+        v = np.asarray(vecs[0])
+        click.echo(f"norm {np.linalg.norm(v):.4f}  first values "
+                   + " ".join(f"{x:+.4f}" for x in v[:8]))
+
+
+SHOWN = {"fill-mask": _fill_mask, "text-classification": _classify,
+         "question-answering": _qa, "token-classification": _tokens,
+         "feature-extraction": _embed}
+
+
+def show(task: str, pipe, read, params: dict) -> None:
+    """The answer as the task's table, or as JSON where the task has none."""
+    shown = SHOWN.get(task)
+    if shown is None:
+        return echo_json(pipe(read, **params))
+    shown(pipe, read, params)

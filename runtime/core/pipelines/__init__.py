@@ -1,0 +1,66 @@
+"""Task pipelines on an export folder, and `load(DIR)` which picks one by the manifest's task.
+
+    from bertonnx.runtime import load
+    fill = load("out/minilm-mlm")            # reads + verifies bertonnx.json, one ORT session
+    fill("Paris is the [MASK] of France.")   # → transformers-shaped result dicts
+
+Torch-free: imports numpy, onnxruntime and tokenizers only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cpu import warn_if_other_cpu
+from ..defaults import resolve_export
+from ..errors import ConfigError, TaskMismatchError
+from ..foreign import check_inputs, warn_unverified
+from ..session import create_session
+from ..tasks import TASK_ALIASES, TASKS, pipeline_class
+from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline, Windows
+from .inputs import Inputs, QAInput, TextPair
+
+# task -> pipeline class, as each task's record (runtime/core/tasks.py) names it
+PIPELINES: dict[str, type[Pipeline]] = {task: pipeline_class(task) for task in TASKS}
+# the classes by name (FillMaskPipeline, ...), importable from here
+_CLASSES = {cls.__name__: cls for cls in PIPELINES.values()}
+
+__all__ = ["load", "PIPELINES", "Pipeline", "ExportFolder", "Inputs", "TextPair", "QAInput",
+           "Windows", *_CLASSES]
+
+
+def __getattr__(name: str):
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise AttributeError(name) from None
+
+
+def load(path: str | Path, *, task: str | None = None, providers=None,
+         threads: int | None = None, optimization: str = "all",
+         batch_size: int = DEFAULT_BATCH_SIZE) -> Pipeline:
+    """The pipeline for the export at `path` (or `"default"`: the shipped export of `task`,
+    bertonnx.runtime.core.defaults): manifest read and sha256-verified, one session. A folder made
+    by Optimum or for transformers.js (runtime/core/foreign.py) is served as it is, with a warning
+    that no parity report vouches for it; its task is config.json's `architectures` or `task`.
+
+    `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers`
+    ("cpu", "cuda", "tensorrt" or onnxruntime names, a list or comma-separated) default to CPU.
+    """
+    if task is not None:
+        task = TASK_ALIASES.get(task, task)
+        if task not in PIPELINES:
+            raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(PIPELINES)}")
+    path = resolve_export(path, task)
+    folder = ExportFolder.read(path, task=task)
+    manifest = folder.manifest
+    if task is not None and task != manifest.task:
+        raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
+                                f"export the model with --task {task}, or use the "
+                                f"`bertonnx {TASKS[manifest.task].command}` command")
+    session = create_session(folder.model_path, providers=providers, threads=threads,
+                             optimization=optimization)
+    if folder.foreign is not None:
+        check_inputs(folder.foreign, session.inner.get_inputs())
+        warn_unverified(folder.foreign)
+    warn_if_other_cpu(path, manifest.quantization)  # an int8 graph made for another CPU kind
+    return PIPELINES[manifest.task](folder, session, batch_size=batch_size)

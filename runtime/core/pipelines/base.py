@@ -1,0 +1,404 @@
+"""What every pipeline shares: the export folder, the task's input rules, and the loop.
+
+A pipeline is built from an `ExportFolder` (manifest verified, config.json, tokenizer) and a
+`Session` (runtime/core/session.py). The base owns the loop every task runs:
+
+    read_inputs -> records -> encode (long inputs: windows, each with its owner) ->
+    length-sorted micro-batches padded on the RIGHT to the longest member (onnxruntime's
+    fused Attention assumes right padding) -> session -> each row written back to its
+    encoding's position -> per-input post-processing -> unwrap
+
+The call's keyword arguments are the task record's (tasks.py): `__call__` checks them by their
+rules, fills in their defaults and hands the read inputs to the subclass's `predict`. Subclasses
+declare their input rules (`read_inputs`, `unwrap`, `input_hint`), what a call costs
+(`estimate`, which the server checks against its limits before queueing a request) and
+post-process; they never index batches back into inputs themselves. Reference: fastembed's
+`OnnxTextModel` (the base owns the batch loop).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar, Iterator, Mapping, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from ..batches import Batch, micro_batches
+from ..bounds import check_batch_size
+from ..contract import MODEL_NAME
+from ..errors import ArtifactError, InputError
+from ..families import usable_positions
+from ..files import read_json_object
+from ..foreign import ForeignFolder, read_foreign
+from ..manifest import Manifest
+from ..parameters import check
+from ..postprocess import clean_up_tokenization
+from ..schema import CONFIG_RULES, check_values
+from ..session import Session
+from ..tasks import TASKS, Task
+from ..tensors import TaskTensors
+from ..tokenizer import WordPieceTokenizer, load_tokenizer
+from .inputs import Inputs, read_texts
+
+log = logging.getLogger("bertonnx")
+
+DEFAULT_BATCH_SIZE = 32
+# Tokenizer copies with per-call truncation settings (`Pipeline.backend`) kept at once, least
+# recently used dropped first. Each costs about the tokenizer's size (all-MiniLM-L6-v2's
+# 30,522-token WordPiece: ~1.3 MB, measured in tests/reliability/test_server_limits.py); a
+# server sees one per distinct QA (max_seq_len, doc_stride) or token-classification stride,
+# and every one of them was kept forever (688 QA variants: 207 MB -> 4.3 GB).
+BACKEND_CACHE = 8
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a call would cost, known before the model runs: the tokens it feeds the model
+    (every window of a long input counted) and the answers it returns (fill-mask proposals,
+    QA spans; 0 where the inputs alone bound them)."""
+
+    tokens: int
+    answers: int = 0
+
+
+@dataclass
+class ExportFolder:
+    """An export folder read and checked: manifest (sha256 verified), config.json, tokenizer;
+    or a folder made elsewhere (runtime/core/foreign.py), which has no manifest to check."""
+
+    path: Path
+    manifest: Manifest
+    config: dict
+    tokenizer: WordPieceTokenizer
+    tokenizer_config: dict
+    model_file: str = MODEL_NAME
+    foreign: ForeignFolder | None = None
+
+    @classmethod
+    def read(cls, path: str | Path, manifest: Manifest | None = None, *,
+             task: str | None = None) -> "ExportFolder":
+        """`task` names the task of a folder made elsewhere when its config.json does not."""
+        path = Path(path)
+        foreign = read_foreign(path, task) if manifest is None else None
+        if foreign is not None:
+            manifest, config = foreign.manifest, foreign.config
+        else:
+            manifest = manifest or Manifest.read(path)
+            config = check_values(_read_json(path / "config.json"), CONFIG_RULES,
+                                  path / "config.json")
+        tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
+        return cls(path, manifest, config, tokenizer, tokenizer.config,
+                   foreign.model_file if foreign else MODEL_NAME, foreign)
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / self.model_file
+
+    @property
+    def max_length(self) -> int:
+        """Longest sequence the model takes: its usable positions, capped by the tokenizer's."""
+        limits = [usable_positions(self.config), self.tokenizer.model_max_length]
+        limits = [n for n in limits if isinstance(n, int) and n > 0]
+        return min(limits) if limits else 512
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        raw = self.config.get("id2label") or self.manifest.config.get("id2label") or {}
+        return {int(k): str(v) for k, v in raw.items()}
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing from the export", "export the model again")
+    return read_json_object(path, "export the model again")
+
+
+@dataclass
+class Windows:
+    """Every window of every input, inputs in order: a long input becomes several overlapping
+    windows (the tokenizers library's overflow), each knowing its input and its place."""
+
+    encodings: list          # (W,) tokenizers Encodings
+    owner: np.ndarray        # (W,) index of the input each window belongs to
+    part: np.ndarray         # (W,) the window's place in its input (0 = first)
+    n_inputs: int
+
+    @classmethod
+    def of(cls, encodings: list) -> "Windows":
+        """The windows of encodings made with overflow (`[e, *e.overflowing]` each)."""
+        windows, owner, part = [], [], []
+        for i, e in enumerate(encodings):
+            for j, w in enumerate([e, *e.overflowing]):
+                windows.append(w)
+                owner.append(i)
+                part.append(j)
+        return cls(windows, np.asarray(owner, dtype=np.int64), np.asarray(part, dtype=np.int64),
+                   len(encodings))
+
+    def per_input(self, values: list) -> list[list]:
+        """Per-window values grouped by input: one list per input, windows in order."""
+        bounds = np.searchsorted(self.owner, np.arange(self.n_inputs + 1))
+        return [values[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+class Pipeline:
+    """Base: holds the session and tokenizer, reads inputs, runs the loop; subclasses
+    implement `__call__` (read, run, post-process, unwrap)."""
+
+    task: ClassVar[str]
+    spec: ClassVar[Task]         # the task's record, from `task`
+    # What the task accepts, for error messages and protocol hints ("send " + input_hint).
+    input_hint: ClassVar[str] = "a text or a list of texts"
+    # keyword arguments of the call that are inputs, not parameters (QA's question=, context=)
+    input_keywords: ClassVar[tuple[str, ...]] = ()
+    # the task on the Open Inference Protocol (/v2): its tensors and their conversions
+    tensors: ClassVar[TaskTensors]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "task" in cls.__dict__:
+            cls.spec = TASKS[cls.task]
+
+    def __init__(self, folder: ExportFolder, session: Session,
+                 batch_size: int = DEFAULT_BATCH_SIZE):
+        self.folder = folder
+        self.session = session
+        self.tokenizer = folder.tokenizer
+        check_batch_size(batch_size, "batch_size=32")
+        self.batch_size = batch_size
+        self.outputs = self.spec.output_names
+        problems = self.spec.output_problems(session.output_shapes, folder.config)
+        if problems:
+            raise ArtifactError(f"{folder.model_path} does not fit {self.task}: "
+                                f"{'; '.join(problems)}", "export the model again for this task")
+        self._backends: OrderedDict[tuple, Tokenizer] = OrderedDict()  # LRU, BACKEND_CACHE
+        self._backend_json: str | None = None   # the tokenizer serialized once, for copies
+        self._lock = threading.Lock()
+        self._cleanup = folder.tokenizer.clean_up_tokenization_spaces  # as transformers decodes
+        self._token_types = "token_type_ids" in folder.tokenizer.model_input_names
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.folder.path)!r}, providers={self.session.providers})"
+
+    @property
+    def max_length(self) -> int:
+        return self.folder.max_length
+
+    # -- the task's input rules ----------------------------------------------------------
+
+    @classmethod
+    def read_inputs(cls, inputs) -> Inputs:
+        """Every form the task's pipeline accepts, read into one record per input (InputError
+        names what is wrong). Read inputs pass through, so a pipeline takes them as well."""
+        return read_texts(inputs)
+
+    @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        """Whether JSON `x` (a request's "inputs", or with in_list one item of its list) has
+        the shape of one input: the server refuses other shapes with `input_hint`, before
+        the model runs; `read_inputs` then judges the texts themselves."""
+        return isinstance(x, str)
+
+    # The fields of a table row (a JSONL object, a CSV header, Parquet columns) that make one
+    # input: bulk jobs (runtime/bulk) read rows by them; other fields of a row are not the task's.
+    row_fields: ClassVar[tuple[str, ...]] = ("text",)
+
+    @classmethod
+    def input_of_row(cls, row: Mapping):
+        """One table row's input, in the shape `is_json_input` takes (here the text itself);
+        InputError names a missing field. A null (None) field counts as missing: a CSV or
+        Parquet column cannot leave it out."""
+        return row_field(row, "text")
+
+    @classmethod
+    def unwrap(cls, results: Sequence, inputs: Inputs, **params):
+        """The call's answer from one result per record: one input gives its result, a list
+        gives the list (even of one). `params` are the call's arguments (some tasks' result
+        shape depends on them)."""
+        return results[0] if inputs.single else results
+
+    @classmethod
+    def per_input(cls, answer, inputs: Inputs, **params) -> list:
+        """`unwrap` undone: one result per input from the call's answer (the CLI's tables)."""
+        return [answer] if inputs.single else answer
+
+    def check_parameters(self, **params) -> None:
+        """Each keyword argument given, checked by type and range (InputError naming it)."""
+        check(self.spec.rules, params, self)
+
+    def __call__(self, *args, **kwargs):
+        """The task's answer for the inputs (`args`, and `input_keywords`) with the record's
+        parameters: each checked by its rule, the others at their defaults."""
+        params = {k: kwargs.pop(k) for k in list(kwargs) if k in self.spec.parameters}
+        stray = [k for k in kwargs if k not in self.input_keywords]
+        if stray:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
+                            f"{stray[0]!r} (its parameters: {', '.join(self.spec.parameters)})")
+        self.check_parameters(**params)
+        return self.predict(self.read_inputs(*args, **kwargs), **self.spec.complete(params))
+
+    def predict(self, read: Inputs, **params):
+        """The answer for read inputs, every parameter given (checked, defaults filled)."""
+        raise NotImplementedError
+
+    @classmethod
+    def windowed_chars(cls, inputs: Inputs) -> int:
+        """Characters of the texts the task tokenizes whole (windowed, not truncated): those
+        cost memory by their length, so the server caps them before tokenizing. 0 here."""
+        return 0
+
+    def work(self, inputs: Inputs, **params) -> Work:
+        """What `self(inputs, **params)` would cost (see `Work`), without running the model;
+        raises the InputError that call would raise for a bad input."""
+        return self.estimate(inputs, **self.spec.complete(params))
+
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        """`work` with every parameter given. Here: each text's tokens, truncated to the
+        model's length."""
+        texts = [r if isinstance(r, str) else r.text for r in inputs.records]
+        pairs = [getattr(r, "text_pair", None) for r in inputs.records]
+        return Work(sum(len(e.ids) for e in self.encode(texts, pairs, warn=False)))
+
+    # -- tokenization ------------------------------------------------------------------
+
+    def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first"
+                ) -> Tokenizer:
+        """A copy of the tokenizer with truncation set, shared by calls with that setting.
+
+        The shared tokenizer is never mutated (the server calls pipelines from threads). The
+        copies live in a least-recently-used cache of BACKEND_CACHE: any sequence of settings
+        holds at most that many (a call keeps its own copy alive while it runs, evicted or not).
+        """
+        key = (max_length, stride, strategy)
+        with self._lock:
+            tok = self._backends.get(key)
+            if tok is not None:
+                self._backends.move_to_end(key)
+                return tok
+            if self._backend_json is None:
+                self._backend_json = self.tokenizer.backend.to_str()
+            tok = Tokenizer.from_str(self._backend_json)
+            tok.no_padding()
+            tok.enable_truncation(max_length, stride=stride, strategy=strategy)
+            self._backends[key] = tok
+            while len(self._backends) > BACKEND_CACHE:
+                self._backends.popitem(last=False)
+        return tok
+
+    def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True) -> list:
+        """Encode with truncation to the model's length, warning once when anything was cut.
+
+        `pairs` holds each text's pair or None (a mixed list costs two tokenizer calls: one
+        takes all singles or all pairs). warn=False leaves the warning to the caller
+        (`warn_truncated`), e.g. until the inputs are known to be valid, so an error is not
+        preceded by a warning about the same text.
+        """
+        if pairs is not None and all(p is None for p in pairs):
+            pairs = None
+        if pairs is None or all(p is not None for p in pairs):
+            batch = [self._head(t) for t in texts] if pairs is None else list(zip(texts, pairs))
+            encs = self.backend(self.max_length).encode_batch(batch)
+        else:
+            encs = [None] * len(texts)
+            single = [i for i, p in enumerate(pairs) if p is None]
+            double = [i for i, p in enumerate(pairs) if p is not None]
+            for idx, got in ((single, self.encode([texts[i] for i in single], warn=False)),
+                             (double, self.encode([texts[i] for i in double],
+                                                  [pairs[i] for i in double], warn=False))):
+                for i, e in zip(idx, got):
+                    encs[i] = e
+        if warn:
+            self.warn_truncated(encs)
+        return encs
+
+    def encode_windows(self, inputs: list, max_length: int, stride: int,
+                       strategy: str = "longest_first") -> Windows:
+        """Encode into windows of max_length tokens overlapping by `stride`: a long input is
+        windowed, not truncated (QA's contexts, token classification's texts)."""
+        return Windows.of(self.backend(max_length, stride, strategy).encode_batch(inputs))
+
+    def warn_truncated(self, encs: list) -> None:
+        cut = sum(1 for e in encs if e.overflowing)
+        if cut:
+            log.warning("%d of %d input(s) were longer than the model's %d tokens and were "
+                        "truncated", cut, len(encs), self.max_length)
+
+    def _head(self, text: str) -> str:
+        """A prefix of `text` whose truncated encoding is the whole text's.
+
+        The tokenizers library spends ~700 bytes per token on a full encoding (1 MB of text:
+        ~200 MB) though truncation keeps max_length tokens. Pre-tokenization is local, so the
+        words wholly inside a prefix tokenize as in the whole text: once they give more than
+        max_length tokens, the prefix truncates the same. The prefix doubles until then (a text
+        of characters the tokenizer drops ends up whole).
+        """
+        n = 16 * self.max_length
+        while n < len(text):
+            words = self.tokenizer.backend.encode(text[:n], add_special_tokens=False).word_ids
+            if words and sum(1 for w in words if w != words[-1]) > self.max_length:
+                return text[:n]
+            n *= 2
+        return text
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        text = self.tokenizer.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self._cleanup else text
+
+    def decode_batch(self, seqs: list, skip_special_tokens: bool = True) -> list[str]:
+        out = self.tokenizer.backend.decode_batch([list(map(int, s)) for s in seqs],
+                                                  skip_special_tokens=skip_special_tokens)
+        return [clean_up_tokenization(t) for t in out] if self._cleanup else out
+
+    def tokens_to_string(self, tokens: list[str]) -> str:
+        """transformers' convert_tokens_to_string for a fast BERT tokenizer: the decoder."""
+        return self.tokenizer.backend.decoder.decode(tokens)
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, encodings: list, batch_size: int | None = None
+            ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+        size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
+        check_batch_size(size, "batch_size=32")
+        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
+            feeds = batch.feeds()
+            if not self._token_types:
+                # the family takes none (RoBERTa, XLM-R): transformers never passes them and
+                # the model reads zeros; a tokenizer's pair template may still number segments
+                feeds["token_type_ids"] = np.zeros_like(feeds["token_type_ids"])
+            out = self.session.run(feeds, self.outputs)
+            # a graph whose output axes are symbolic escaped the check at load: check the
+            # arrays (labels read past config.json's id2label would flip or shift the answer)
+            problems = self.spec.output_problems(
+                {k: list(v.shape) for k, v in out.items()}, self.folder.config)
+            if problems:
+                raise ArtifactError(f"{self.folder.model_path} answered outputs that do not fit "
+                                    f"{self.task}: {'; '.join(problems)}",
+                                    "export the model again for this task")
+            yield batch, out
+
+    def infer(self, encodings: list, per_batch: Callable[[Batch, dict], Sequence],
+              batch_size: int | None = None) -> list:
+        """Run `encodings` in length-sorted micro-batches; `per_batch(batch, outputs)` gives
+        one result per row, and each is written back to its encoding's position."""
+        results: list = [None] * len(encodings)
+        for batch, out in self.run(encodings, batch_size):
+            for i, r in zip(batch.index, per_batch(batch, out)):
+                results[i] = r
+        return results
+
+
+def row_field(row: Mapping, name: str):
+    """A required field of a table row."""
+    value = row.get(name)
+    if value is None:
+        raise InputError(f'no "{name}" field', f'give every row a "{name}"')
+    return value
+
+
+def unpadded(batch: Batch, array: np.ndarray) -> list[np.ndarray]:
+    """Each row of a (B, T, ...) output cut to its row's own tokens."""
+    return [array[row, :n] for row, n in enumerate(batch.lengths)]
