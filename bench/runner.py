@@ -21,7 +21,7 @@ from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from .engines import Engine
 from .footprint import cold_start, folder_size
-from .inputs import describe_texts, random_feeds
+from .inputs import describe_texts, model_max_length, random_feeds
 from .machine import cores, load_avg, machine_info, percent_of_peak
 from .report import Result
 from .timing import encoder_flops, round_robin, stats
@@ -75,7 +75,8 @@ def run(engines: list[Engine], options: BenchOptions, workload: Workload,
     result = Result(machine_info(options.n_threads), asdict(options), workload.baseline)
     for e in engines:
         result.machine.update(e.facts)
-    result.text_set = describe_texts(workload.inputs, load_tokenizer(workload.tokenizer_dir))
+    result.text_set = describe_texts(workload.inputs, load_tokenizer(workload.tokenizer_dir),
+                                     model_max_length(workload.tokenizer_dir))
     with quiet_logs():
         _end_to_end(engines, options, workload, result, say)
         _latency(engines, options, workload, result, say)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import huggingface_hub
@@ -23,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from bertonnx.runtime.core import defaults
-from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS
+from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architectures
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
 from bertonnx.runtime.core.files import read_json_object
@@ -41,7 +40,6 @@ log = logging.getLogger("bertonnx")
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def default_model_dir() -> Path:
@@ -51,7 +49,7 @@ def default_model_dir() -> Path:
 
 def resolve(path_or_hub_id: str | Path) -> Path:
     """A local folder as is, `default` as the default checkpoint; otherwise a hub id downloaded
-    (config, weights, tokenizer only)."""
+    (config, weights, tokenizer, and a sentence-transformers model's module list and pooling)."""
     path = Path(defaults.resolve_checkpoint(path_or_hub_id)).expanduser()
     if path.is_dir():
         return path
@@ -59,12 +57,15 @@ def resolve(path_or_hub_id: str | Path) -> Path:
         raise ArtifactError(f"{path} is a file, not a model folder",
                             "pass the folder that holds config.json")
     name = str(path_or_hub_id)
-    if not _HUB_ID.match(name) or name.startswith("."):
+    if not defaults.HUB_ID.match(name) or name.startswith("."):
         raise ArtifactError(f"model folder {name} does not exist", "check the path")
     try:
         patterns = ["config.json", "*.safetensors", "*.safetensors.index.json",
                     "pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json",
-                    *TOKENIZER_FILES]
+                    *TOKENIZER_FILES,
+                    # a sentence-transformers model's own pooling and normalize (export
+                    # records them: FeatureExtractionPipeline.folder_defaults)
+                    "modules.json", "*Pooling/config.json"]
         return Path(huggingface_hub.snapshot_download(name, allow_patterns=patterns))
     except Exception as e:  # offline, unknown repo, gated: all one message for the user
         raise ArtifactError(
@@ -165,18 +166,49 @@ class LoadedCheckpoint:
     source_dir: Path | None        # the local folder read (a hub id's download folder);
                                    # None for a model made in memory (export wraps those)
     head_initialised: list[str]    # our names of weights the folder lacked, drawn at load
+    # our names of head weights loaded from a head config.json's architectures say was trained
+    # for `trained_for`, another task (a sequence classifier's read as a token classifier's)
+    head_other_task: tuple[str, ...] = ()
+    trained_for: str | None = None
+    # a checksum of each of those weights as loaded: a caller that trains the head in memory
+    # (finetune, fit_head) before exporting this record no longer has an untrained one
+    head_sums: dict = field(default_factory=dict)
+
+    def untrained_head(self) -> dict:
+        """The manifest's `untrained_head` record (runtime/core/untrained.py), in HF names:
+        {} when the checkpoint trained this head for the model's task."""
+        to_hf = key_table(self.model.config.model_type).to_hf
+        state = self.model.state_dict()
+
+        def as_loaded(names):  # a head trained since (any of its weights moved) is trained
+            moved = any(k in self.head_sums and _checksum(state[k]) != self.head_sums[k]
+                        for k in names)
+            return [] if moved else [to_hf(k) for k in names]
+
+        record = {}
+        if as_loaded(self.head_other_task):
+            record["trained_for"] = self.trained_for
+            record["other_task"] = as_loaded(self.head_other_task)
+        if as_loaded(self.head_initialised):
+            record["initialised"] = as_loaded(self.head_initialised)
+        return record
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """The model's HF folder, with the source folder's tokenizer files beside it."""
         return save_pretrained(self.model, out_dir, tokenizer_from=self.source_dir)
 
 
+def _checksum(t: torch.Tensor) -> float:
+    return float(t.detach().double().abs().sum())
+
+
 def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,
-                    id2label: dict | None = None) -> LoadedCheckpoint:
+                    id2label: dict | None = None, warn: bool = True) -> LoadedCheckpoint:
     """A HF BERT-family checkpoint as our model for `task`, in eval mode, with its source folder.
 
-    Head weights the checkpoint lacks are initialised and reported in a warning; any other
-    missing key, any key the table does not know and any shape mismatch is an error naming them.
+    Head weights the checkpoint lacks are initialised and reported in a warning (`warn=False`:
+    only in the record, for a caller that reports them itself); any other missing key, any key
+    the table does not know and any shape mismatch is an error naming them.
     """
     task_spec(task)  # an unknown task is refused before any file is read
     folder = resolve(path_or_hub_id)
@@ -222,12 +254,22 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
             + (f" (+{len(body) - 8} more)" if len(body) > 8 else ""),
             "the checkpoint is incomplete; re-download or re-save it")
     model.load_state_dict(ours, strict=False)
-    if missing:
+    trained_for = task_of_architectures(read_json_object(folder / "config.json", "restore the "
+                                                         "file").get("architectures"))
+    other_task = ()
+    if trained_for not in (None, task) and {trained_for, task} != {"fill-mask", "pretraining"}:
+        # a head of the same shape and names, trained for another task (pretraining's MLM
+        # head is fill-mask's own)
+        other_task = tuple(sorted(k for k in ours if k.startswith("head.")))
+    if missing and warn:
         log.warning("%s: initialised head weights not in the checkpoint for task %s: %s",
                     folder, task, ", ".join(ours_to_hf(k) for k in missing))
     if unused:
         log.info("%s: weights not used by %s: %s", folder, model.hf_class, ", ".join(unused))
-    return LoadedCheckpoint(model.eval(), folder, missing)
+    state = model.state_dict()
+    return LoadedCheckpoint(model.eval(), folder, missing, other_task,
+                            trained_for if other_task else None,
+                            {k: _checksum(state[k]) for k in [*missing, *other_task]})
 
 
 def load_pretrained(path_or_hub_id: str | Path, task: str, *, num_labels: int | None = None,

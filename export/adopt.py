@@ -23,7 +23,7 @@ import onnx
 from bertonnx.build import load_tokenizer
 from bertonnx.runtime.core.atomic import publishing
 from bertonnx.runtime.core.contract import MODEL_NAME
-from bertonnx.runtime.core.tasks import TASKS
+from bertonnx.runtime.core.tasks import TASKS, pipeline_class
 from bertonnx.runtime.core.errors import ArtifactError, InputError
 from bertonnx.runtime.core.families import config_spellings, ort_model_type
 from bertonnx.runtime.core.files import read_json_object
@@ -164,6 +164,8 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
             config={k: config[k] for k in ("architectures", "model_type", "id2label")
                     if k in config},
             versions=_versions(), source=str(src),
+            # what load() read from the folder as it was (a sentence-transformers folder's own)
+            defaults=pipeline_class(task).folder_defaults(src),
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.write(tmp)
         say(f"writing {out}")

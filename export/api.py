@@ -14,6 +14,7 @@ the same lock) to the same `out` fails at once instead of both reporting success
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import platform
 import tempfile
@@ -29,16 +30,21 @@ import onnx
 from bertonnx.build import Bert, LoadedCheckpoint, load_checkpoint, load_tokenizer
 from bertonnx.build.save import write_config
 from bertonnx.runtime.core.contract import INPUT_DTYPE, INPUT_AXES, MODEL_NAME
-from bertonnx.runtime.core.tasks import EXPORT_TASKS, OUTPUTS
+from bertonnx.runtime.core.tasks import EXPORT_TASKS, OUTPUTS, pipeline_class
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError, InputError, TaskMismatchError
 from bertonnx.runtime.core.atomic import publishing
+from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand in for it
+from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
 from . import fusion, graph, memory, parity, variants
+from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
 if TYPE_CHECKING:
     from .int8.settings import Int8Settings
+
+log = logging.getLogger("bertonnx")
 
 
 
@@ -57,6 +63,9 @@ class ExportOptions:
     int8_recipe: str | None = None
     int8: "Int8Settings | None" = None
     measure_recipes: bool = False  # time the target's passing recipes here, keep the fastest
+    # export a head the checkpoint did not train for the task (to fine-tune later); refused
+    # without it, recorded in the manifest with it (runtime/core/untrained.py)
+    allow_untrained_head: bool = False
 
     def __post_init__(self):
         if self.quantize not in PRECISIONS:
@@ -70,10 +79,8 @@ class ExportOptions:
             raise InputError(f"--quantize {self.quantize} works on the fused graph",
                              "drop --no-optimize")
         if self.target_cpu != "auto":
-            from .int8.recipes import target
             target(self.target_cpu)
         if self.int8_recipe is not None:
-            from .int8.recipes import recipe
             recipe(self.int8_recipe)
         if self.measure_recipes:
             _check_measurable(self)
@@ -82,18 +89,17 @@ class ExportOptions:
 def _check_measurable(o: ExportOptions) -> None:
     """--measure-recipes times candidates on this machine: only for int8, with the parity
     check that judges them, for this machine's own kind of CPU."""
-    from bertonnx.runtime.core.cpu import this_kind
-
     if o.quantize != "int8" or not o.parity or o.int8 is not None or o.int8_recipe:
         raise InputError("--measure-recipes times the target's int8 recipes and needs their "
                          "agreement check", "use it with --quantize int8, parity on, and no "
                          "--int8-recipe")
-    if o.target_cpu not in ("auto", this_kind()):
-        raise InputError(f"--measure-recipes measures this CPU ({this_kind()}), not "
+    if o.target_cpu not in ("auto", cpu.this_kind()):
+        raise InputError(f"--measure-recipes measures this CPU ({cpu.this_kind()}), not "
                          f"{o.target_cpu}", "drop --measure-recipes, or use --target-cpu auto")
 
 
-def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str) -> LoadedCheckpoint:
+def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str, *,
+                  warn: bool = True) -> LoadedCheckpoint:
     """The model for `task` with its source folder: loaded from a folder or hub id (`default`
     resolves in bertonnx.runtime.core.defaults), or given in memory (a bare `Bert` has no folder to
     take a tokenizer from)."""
@@ -104,7 +110,7 @@ def resolve_model(model: str | Path | Bert | LoadedCheckpoint, task: str) -> Loa
     elif isinstance(model, Bert):
         loaded = LoadedCheckpoint(model, None, [])
     else:
-        return load_checkpoint(model, task)
+        return load_checkpoint(model, task, warn=warn)
     if loaded.model.task != task:
         raise TaskMismatchError(f"the model was built for {loaded.model.task}, not {task}",
                                 f"load it with task {task!r}")
@@ -195,7 +201,15 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
     _check_target(out, options.force)
     in_memory = isinstance(model, (Bert, LoadedCheckpoint))
     say(f"loading {model if not in_memory else 'model'} for {task}")
-    loaded = resolve_model(model, task)
+    # export reports an untrained head itself: a refusal, or one warning with the flag
+    loaded = resolve_model(model, task, warn=False)
+    untrained = loaded.untrained_head()
+    if untrained and not options.allow_untrained_head:
+        raise untrained_head.refusal(str(loaded.source_dir or "the model") if in_memory
+                                     else str(model), untrained, task)
+    if untrained:
+        log.warning("exporting with --allow-untrained-head: %s; fine-tune it before use",
+                    untrained_head.describe(untrained, task))
     tok_dir = options.tokenizer or loaded.source_dir
     if tok_dir is None:
         raise ArtifactError("the model has no source folder to take the tokenizer from",
@@ -203,11 +217,16 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
                             "that bertonnx.build.load_checkpoint returns")
     tokenizer = load_tokenizer(tok_dir)
     source = str((loaded.source_dir or "") if in_memory else model)
+    # the folder's own parameter defaults (a sentence-transformers folder's pooling and
+    # normalize), which the export's pipeline then uses
+    defaults = (pipeline_class(task).folder_defaults(loaded.source_dir)
+                if loaded.source_dir is not None else {})
     # A model export loaded itself is dropped once its outputs are taken; the caller's stays.
     held = _Held(loaded.model, owned=not in_memory)
     del loaded
     with publishing(out) as tmp:
-        manifest = _build(held, task, tmp, options, tokenizer, say, source=source)
+        manifest = _build(held, task, tmp, options, tokenizer, say, source=source,
+                          defaults=defaults, untrained=untrained)
         say(f"writing {out}")
     return manifest
 
@@ -225,7 +244,7 @@ class _Held:
 
 
 def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
-           source) -> Manifest:
+           source, defaults: dict, untrained: dict) -> Manifest:
     """One model-sized buffer at a time: trace -> reference outputs (torch) -> drop the torch
     model -> fuse -> convert -> write -> parity (onnxruntime) against the kept outputs."""
     m = held.model
@@ -277,7 +296,7 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
         config=summary, versions=_versions(),
-        source=source,
+        source=source, defaults=defaults, untrained_head=untrained,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     manifest.write(tmp)
     return manifest
@@ -309,6 +328,12 @@ def parity_report(folder: str | Path, reference: str | Path | Bert | LoadedCheck
     folder = Path(folder)
     manifest = Manifest.read(folder)
     loaded = resolve_model(reference, manifest.task)
+    differ = parity.reference_differences(manifest.config, manifest.task,
+                                          manifest.untrained_head, loaded)
+    if differ:
+        raise InputError(f"the reference is not the model {folder} was exported from: "
+                         + "; ".join(differ), "pass --reference the checkpoint it was made "
+                         "from" + (f" ({manifest.source})" if manifest.source else ""))
     m = loaded.model
     mode = manifest.quantization.get("mode", "none")
     tokenizer = load_tokenizer(folder)

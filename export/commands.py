@@ -9,6 +9,8 @@ import click
 
 from bertonnx.runtime.core.tasks import EXPORT_TASKS
 from bertonnx.runtime.core.cpu import TARGET_KINDS
+from bertonnx.runtime.core.errors import CheckFailed
+from bertonnx.runtime.core.postprocess import cosine_matrix
 
 from .int8.recipes import RECIPES
 from .precisions import PRECISIONS, summary_line
@@ -43,23 +45,28 @@ def _fused_line(counts: dict) -> str:
               help="Time the target's int8 recipes that pass the agreement gate on this "
                    "machine and keep the fastest (the manifest records the figures).")
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
+@click.option("--allow-untrained-head", is_flag=True,
+              help="Export even though the checkpoint did not train the task's head (to "
+                   "fine-tune it later); the manifest records which weights.")
 @click.option("--no-parity", is_flag=True, help="Skip the parity check (not recommended).")
 @click.option("--tokenizer", type=click.Path(path_type=Path),
               help="Tokenizer folder, when MODEL's folder has none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
-           measure_recipes, force, no_parity, tokenizer, as_json):
+           measure_recipes, force, allow_untrained_head, no_parity, tokenizer, as_json):
     """Export MODEL (a checkpoint folder, a hub id, or `default` for the bundled MiniLM) to ONNX."""
+    # lazy: torch; this module is imported to build `bertonnx export --help`
     from .api import ExportOptions, export_model
 
     if task is None:
-        from bertonnx.build.checkpoint import infer_task
+        from bertonnx.build.checkpoint import infer_task  # lazy: torch, as above
 
         task = infer_task(model)
         _progress(f"task {task} (from {model}'s config.json architectures)")
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
                          force=force, tokenizer=tokenizer, target_cpu=target_cpu,
-                         int8_recipe=int8_recipe, measure_recipes=measure_recipes)
+                         int8_recipe=int8_recipe, measure_recipes=measure_recipes,
+                         allow_untrained_head=allow_untrained_head)
     manifest = export_model(model, task, out, opts, progress=_progress)
     if as_json:
         click.echo(manifest.to_json(), nl=False)
@@ -90,6 +97,7 @@ def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def adopt(folder, out, task, quantize, optimize, reference, force, as_json):
     """Turn FOLDER, exported by Optimum or for transformers.js, into a verified export."""
+    # lazy: torch and onnx; this module is imported to build `bertonnx adopt --help`
     from .adopt import AdoptOptions, adopt as run_adopt
 
     manifest = run_adopt(folder, out, AdoptOptions(task=task, quantize=quantize,
@@ -110,8 +118,7 @@ def adopt(folder, out, task, quantize, optimize, reference, force, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def parity(folder, reference, per_layer, as_json):
     """Check an export FOLDER against its torch reference; exit 1 outside tolerance."""
-    from bertonnx.runtime.core.errors import CheckFailed
-
+    # lazy: torch; this module is imported to build `bertonnx parity --help`
     from .api import parity_report
 
     report = parity_report(folder, reference, per_layer=per_layer)
@@ -134,6 +141,7 @@ def parity(folder, reference, per_layer, as_json):
               show_default=True, help="Folder to put the demo export(s) under.")
 def demo(out):
     """Export the bundled MiniLM (feature-extraction), fused, and show its parity and fused ops."""
+    # lazy: torch; this module is imported to build `bertonnx demo --help`
     from .api import ExportOptions, export_model
 
     target = out / "minilm-feature-extraction"
@@ -150,8 +158,8 @@ def demo(out):
 def _runtime_answers(folder: Path) -> None:
     """The demo's runtime step, through the library users call: embed two sentences with the
     export just made, torch-free, then ask the shipped fill-mask default."""
+    # lazy: onnxruntime and tokenizers, which `bertonnx export --help` need not load
     from bertonnx.runtime import load
-    from bertonnx.runtime.core.postprocess import cosine_matrix
 
     embed = load(folder, task="feature-extraction")
     pair = ["A man is playing a guitar.", "Someone plays an instrument."]

@@ -6,12 +6,11 @@ and runs it slower than fp32 (casts around every unsupported op). Its row, and h
 from __future__ import annotations
 
 import onnx
+from onnxruntime.transformers.onnx_model import OnnxModel
 
 
 def convert(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     """The graph in float16; returns it and the manifest's quantization record."""
-    from onnxruntime.transformers.onnx_model import OnnxModel
-
     m = OnnxModel(onnx.ModelProto.FromString(proto.SerializeToString()))
     m.convert_float_to_float16(keep_io_types=True)
     return m.model, {"mode": "fp16", "io_types": "inputs int64, outputs float32 (kept)",

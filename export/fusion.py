@@ -51,6 +51,7 @@ import tempfile
 from pathlib import Path
 
 import onnx
+from onnx import helper
 
 from bertonnx.build import BertConfig
 from bertonnx.runtime.core.errors import CheckFailed
@@ -98,6 +99,8 @@ def fuse(path: Path, num_heads: int, hidden_size: int, scratch: Path | None = No
     3 s to 24 s. Measured on every family × task: the same fused-op counts either way; what
     the lean graph keeps is a few Constant and Shape nodes the basic pass would fold, which
     onnxruntime folds when it loads the graph."""
+    # lazy: onnxruntime.transformers appends its folder to sys.path and loads ~60 top-level
+    # modules (0.2 s); api.py imports this module for every export and parity check
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_by_fusion, optimize_by_onnxruntime
 
@@ -139,8 +142,6 @@ def unfuse_residual_norms(proto: onnx.ModelProto) -> int:
     returns how many. The optimizer has to fuse them first: RoBERTa's embedding pattern (its
     GPT-2 one) matches a SkipLayerNormalization. A bias appears only in graphs fused elsewhere
     (adopt): ours keep the bias Add after its MatMul."""
-    from onnx import helper
-
     nodes, n = [], 0
     for node in proto.graph.node:
         if node.op_type != "SkipLayerNormalization":

@@ -21,8 +21,9 @@ import onnx
 import torch
 
 from bertonnx.build import Bert
+from bertonnx.build.model import EncoderLayer
 from bertonnx.runtime.core.contract import FP16_ATOL, FP32_ATOL, INPUT_NAMES, PARITY_SHAPES
-from bertonnx.runtime.core.tasks import OUTPUTS
+from bertonnx.runtime.core.tasks import OUTPUTS, TASKS
 from bertonnx.runtime.core.errors import ArtifactError
 from bertonnx.runtime.core.session import create_session
 
@@ -142,6 +143,32 @@ def _nan_first(v: float) -> float:
     return float("inf") if v != v else v
 
 
+# What a reference must share with the export for parity to mean anything: the family, the
+# vocabulary and the shapes (the manifest's config records each under these names)
+SAME_AS_EXPORT = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
+                  "num_attention_heads", "max_position_embeddings", "type_vocab_size")
+
+
+def reference_differences(config: dict, task: str, untrained_head: dict, loaded) -> list[str]:
+    """How the `loaded` reference (a LoadedCheckpoint for `task`) differs from the export whose
+    manifest records `config` and `untrained_head`: [] when it can be the export's source. A
+    reference of another vocabulary or family would otherwise fail deep in onnxruntime (ids
+    out of range) or torch, and one of another task compare an untrained head."""
+    cfg = loaded.model.config
+    differ = [f"{'family' if k == 'model_type' else k} {getattr(cfg, k)!r} (the export's "
+              f"{config[k]!r})" for k in SAME_AS_EXPORT
+              if k in config and getattr(cfg, k, None) != config[k]]
+    labels = config.get("num_labels")
+    fixed = TASKS[task].fixed_axis   # a classifier's label axis, sized by num_labels
+    if fixed and fixed[1] == "num_labels" and isinstance(labels, int) \
+            and len(cfg.id2label) != labels:
+        differ.append(f"{len(cfg.id2label)} labels (the export's {labels})")
+    if loaded.untrained_head() and not untrained_head:
+        made = f"a {loaded.trained_for} checkpoint" if loaded.trained_for else "a checkpoint"
+        differ.append(f"{made} without the trained {task} head the export has")
+    return differ
+
+
 def grid_shapes(model: Bert) -> list[tuple[int, int]]:
     """The grid's (batch, sequence) shapes; "max" is the longest the position table covers
     (RoBERTa: max_position_embeddings - pad_token_id - 1)."""
@@ -255,8 +282,6 @@ def per_layer(model: Bert, graph: Path, *, batch: int = 2, seq: int = 11, seed: 
     Torch side: forward hooks on the embedding LayerNorm (ELECTRA and ALBERT project after it)
     and on every encoder layer, which fire once per call, so ALBERT's shared layers report each
     application in the order they run."""
-    from bertonnx.build.model import EncoderLayer
-
     proto = onnx.load(str(graph))
     names = layer_schedule(model)
     tensors = layer_tensors(proto, len(names))

@@ -17,17 +17,19 @@ from typing import Callable
 
 from bertonnx.runtime.core.errors import CheckFailed, ConfigError, lookup
 
+from .int8 import recipes
+
 
 # --- conversions (proto, ExportOptions, scratch folder or None, variant, tokenizer) ->
 # (proto, the manifest's quantization record) -------------------------------------------------
 
 def _int8(proto, options, scratch=None, variant=None, tokenizer=None):
-    from .int8 import recipes
     variant = variant or recipes.candidates(options)[0]
     return recipes.convert(variant, proto, options, scratch, tokenizer)
 
 
 def _fp16(proto, options, scratch=None, variant="", tokenizer=None):
+    # lazy: onnx and onnxruntime.transformers; `export --help` reads this table
     from . import fp16
     return fp16.convert(proto)
 
@@ -39,7 +41,6 @@ def _one(options) -> tuple[str, ...]:
 
 
 def _int8_recipes(options) -> tuple[str, ...]:
-    from .int8 import recipes
     return recipes.candidates(options)
 
 
@@ -48,27 +49,27 @@ def _int8_recipes(options) -> tuple[str, ...]:
 # before it loads the graph (export/parity.py's Reference). -------------------------------
 
 def _grid_reference(model, tokenizer, folder):
-    from . import parity
+    from . import parity  # lazy: torch and onnx; `export --help` reads this table
     return parity.grid_reference(model, folder)
 
 
 def _grid(reference, sess):
-    from . import parity
+    from . import parity  # lazy: torch and onnx; `export --help` reads this table
     return parity.compare_grid(reference, sess)
 
 
 def _fp16_figures(reference, sess):
-    from . import parity
+    from . import parity  # lazy: torch and onnx; `export --help` reads this table
     return parity.compare_fp16(reference, sess)
 
 
 def _agreement_reference(model, tokenizer, folder):
-    from . import agreement
+    from . import agreement  # lazy: torch; `export --help` reads this table
     return agreement.agreement_reference(model, tokenizer, folder)
 
 
 def _agreement(reference, sess):
-    from . import agreement
+    from . import agreement  # lazy: torch; `export --help` reads this table
     return agreement.compare_agreement(reference, sess)
 
 

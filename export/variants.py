@@ -24,6 +24,7 @@ import onnx
 
 from bertonnx.build import BertConfig
 from bertonnx.runtime.core.atomic import install
+from bertonnx.runtime.core.session import create_session
 
 from . import fusion, graph, memory, parity
 
@@ -127,8 +128,6 @@ def fastest_passing(job: Job, box: list, model_path: Path, *,
 def _time(c: BertConfig, paths: dict[str, Path], rounds: int, batch: int, seq: int
           ) -> dict[str, float]:
     """Median ms per graph, interleaved so other load falls on all alike."""
-    from bertonnx.runtime.core.session import create_session
-
     sessions = {v: create_session(p) for v, p in paths.items()}
     rng = np.random.default_rng(0)
     ids = rng.integers(min(c.pad_token_id + 1, c.vocab_size - 1), c.vocab_size,

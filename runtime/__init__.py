@@ -12,11 +12,11 @@ __all__ = ["load", "load_tokenizer", "BertOnnxError", "InputError", "ConfigError
 
 def __getattr__(name):
     if name == "load":
-        from .core.pipelines import load
+        from .core.pipelines import load  # lazy: onnxruntime (see the module docstring)
 
         return load
     if name == "load_tokenizer":
-        from .core.tokenizer import load_tokenizer
+        from .core.tokenizer import load_tokenizer  # lazy: tokenizers, likewise
 
         return load_tokenizer
     raise AttributeError(name)

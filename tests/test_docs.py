@@ -23,7 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+
+from bertonnx.runtime.cli import COMMANDS, cli, missing_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -125,10 +128,6 @@ def _words(line: str) -> list[str]:
 
 def _options(name: str) -> set[str] | None:
     """The flags command `name` takes, or None where its extra is not installed here."""
-    import click
-
-    from bertonnx.runtime.cli import COMMANDS, cli, missing_extra
-
     assert name in COMMANDS, f"no command {name!r}"
     if missing_extra(name):
         return None

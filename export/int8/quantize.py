@@ -23,6 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
+from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                      quantize_dynamic, quantize_static)
+from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
 from .. import tied_decoder
 from ..graph import save_model
@@ -63,9 +67,6 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
     without a copy, and symbolic shape inference copies only the graph. Measured on a
     bert-base-shaped fill-mask export: the quantizing step's peak RSS 2.8 GB -> see
     BENCHMARKS.md."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
     s = settings or DEFAULT_INT8
     with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-",
                                                               dir=scratch) as d:
@@ -159,8 +160,6 @@ def _counts_from_zero(g, producer: dict, name: str, base_dir: Path | None) -> bo
 
 
 def _constant(g, producer: dict, name: str, base_dir: Path | None = None):
-    from onnx import numpy_helper
-
     for init in g.initializer:
         if init.name == name:
             return numpy_helper.to_array(init, base_dir=str(base_dir or ""))
@@ -174,6 +173,7 @@ def int8_nbits(proto: onnx.ModelProto, block_size: int = 32) -> tuple[onnx.Model
     """MatMulNBits with 8-bit symmetric blockwise weights and int8 compute (accuracy_level 4)
     for the fused graph's MatMuls; Attention, the embedding and the decoder (a Gemm) stay
     fp32. Needs onnx_ir (onnxruntime's weight-only quantizer imports it)."""
+    # lazy: only this recipe needs it, and it imports onnx_ir (0.3 s), which nothing else does
     from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
                                                                  MatMulNBitsQuantizer)
 
@@ -192,10 +192,6 @@ def int8_static(proto: onnx.ModelProto, feeds: list[dict], settings: Int8Setting
                 scratch: Path | None = None) -> tuple[onnx.ModelProto, dict]:
     """Static int8 (QDQ) of the fused graph's MatMuls: activation ranges calibrated (min/max)
     on `feeds`, real sentences; Attention and the embedding stay fp32."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
     wanted = {i.name for i in proto.graph.input}
 
     class Reader(CalibrationDataReader):

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand in for it
+from bertonnx.runtime.core.batches import pad_encodings
 from bertonnx.runtime.core.cpu import TARGET_KINDS
 from bertonnx.runtime.core.errors import InputError, lookup
 
+from ..texts import SENTENCES
 from .evidence import target_rationale
 from .settings import Int8Settings
 
@@ -75,13 +78,11 @@ class Target:
 
 
 # The order of each row: evidence.toml ([recipes_per_cpu], [targets.KIND]).
-TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("avx2", ("s8-rr",)),
-    Target("avx512", ("s8-rr",)),
-    Target("avx512-vnni", ("s8", "s8-rr", "s8-attention-fp32", "static")),
-    Target("amx", ("s8", "s8-rr", "s8-attention-fp32", "static")),
-)}
+# (the rows live in the runtime, which warns when a graph's recipe is not this CPU's fastest)
+TARGETS: dict[str, Target] = {kind: Target(kind, order)
+                              for kind, order in cpu.RECIPE_ORDER.items()}
 assert tuple(TARGETS) == TARGET_KINDS  # the runtime's kinds and this table name the same CPUs
+assert all(r in RECIPES for t in TARGETS.values() for r in t.recipes)
 
 
 def target(name: str) -> Target:
@@ -94,11 +95,9 @@ def recipe(name: str) -> Recipe:
 
 def resolve_target(name: str) -> tuple[str, str]:
     """(target kind, how it was chosen) for a --target-cpu value."""
-    from bertonnx.runtime.core.cpu import this_kind
-
     if name != "auto":
         return target(name).name, "--target-cpu"
-    kind = this_kind()
+    kind = cpu.this_kind()
     if kind is None:
         return "avx2", "auto: this CPU is none of the kinds the table knows; avx2's recipes"
     return kind, "auto: this CPU's flags"
@@ -117,6 +116,8 @@ def candidates(options) -> tuple[str, ...]:
 def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict]:
     """The fused fp32 graph `proto` in int8 by recipe `name` ("custom": options.int8's
     dynamic settings); returns the graph and the manifest's quantization record."""
+    # lazy: quantize loads onnx and torch (via ..graph), and `bertonnx export --help` reads
+    # this module's tables
     from . import quantize
 
     kind, how = resolve_target(options.target_cpu)
@@ -140,10 +141,6 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
 def calibration_feeds(tokenizer, batch: int = 8) -> list[dict]:
     """Static int8's calibration batches: the real sentences of export/texts.py, right-padded
     like the runtime pads them."""
-    from bertonnx.runtime.core.batches import pad_encodings
-
-    from ..texts import SENTENCES
-
     if tokenizer is None:
         raise InputError("static int8 needs the tokenizer to calibrate on real text",
                          "export with tokenizer files")

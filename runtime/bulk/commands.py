@@ -11,11 +11,13 @@ import json
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
-from ..cli.commands import TASK_COMMANDS, cli_parameters, inference_options, pipeline_kwargs
+from ..cli.commands import (TASK_COMMANDS, cli_parameters, given_options, inference_options,
+                            pipeline_kwargs)
+from ..core.pipelines import load
 from ..core.tasks import TASKS
 from ..core.errors import InputError
+from .job import CHUNK_SIZE, JobOptions, run_job
 from .readers import FORMATS
 from .rows import ID
 from .runner import ON_ERROR
@@ -74,26 +76,22 @@ def _flag(name: str) -> str:
 
 
 def task_params(ctx: click.Context, task: str, values: dict) -> dict:
-    """The pipeline's arguments: the options given, else the task command's defaults."""
+    """The pipeline's arguments: the options given (the pipeline's defaults, the export's own
+    included, apply to the rest, as on the task's command)."""
     mine = [p.name for p in cli_parameters(task)]
-    given = {n for n in TASK_FLAGS if ctx.get_parameter_source(n) not in
-             (ParameterSource.DEFAULT, None)}
+    given = given_options(ctx, TASK_FLAGS)
     stray = sorted(given - set(mine))
     cli = TASKS[task].command
     if stray:
         raise InputError(f"{_flag(stray[0])} is not an option of {cli} (the export's task is "
                          f"{task})", f"{cli} takes {', '.join(_flag(n) for n in mine)}")
     typed = {}
-    for n in mine:
-        p = TASK_FLAGS[n][task]
-        if n not in given:
-            typed[n] = p.get_default(ctx)
-            continue
+    for n in given:
         try:
-            typed[n] = p.type_cast_value(ctx, values[n])
+            typed[n] = TASK_FLAGS[n][task].type_cast_value(ctx, values[n])
         except click.BadParameter as e:
             raise click.BadParameter(e.message, ctx, param_hint=_flag(n)) from e
-    return pipeline_kwargs(task, typed)
+    return pipeline_kwargs(task, typed, given)
 
 
 def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[str, str]:
@@ -128,10 +126,14 @@ def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[
               help="Read field NAME (id, text, text_pair, question, context) from COLUMN.")
 @click.option("--pair", default=None, metavar="COLUMN",
               help="[classify] The column of each row's second text [default: text_pair].")
-@click.option("--chunk-size", type=click.IntRange(min=1), default=1024, show_default=True,
-              help="Rows read, run and committed together.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=None,
+              help=f"Rows read, run and committed together [default: {CHUNK_SIZE}; with "
+                   "--resume, the stopped job's].")
 @click.option("--on-error", type=click.Choice(ON_ERROR), default="row", show_default=True,
               help='A bad row: write {"id", "error"} and go on, or stop (exit 1).')
+@click.option("--max-errors", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Error rows tolerated: past them the job exits 1 (the output still holds "
+                   "every row).")
 @click.option("--resume", is_flag=True, help="Finish a job that stopped (same flags).")
 @click.option("--force", is_flag=True, help="Replace the output (and any stopped job).")
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -144,14 +146,11 @@ def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[
 @_task_flags
 @click.pass_context
 def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output_path,
-        input_format, field_items, pair, chunk_size, on_error, resume, force, progress,
-        ray_address, actors, **task_values):
+        input_format, field_items, pair, chunk_size, on_error, max_errors, resume, force,
+        progress, ray_address, actors, **task_values):
     """Run the export in DIR over every row of --input into --output, in chunks: committed as
     they go, resumable with --resume, a bad row an error row; on one machine, or with --ray
     on a Ray cluster."""
-    from ..core.pipelines import load
-    from .job import JobOptions, run_job
-
     cluster = None
     if ray_address is not None:
         from .ray_job import RayOptions  # one line naming the extra when ray is missing
@@ -164,5 +163,6 @@ def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output
     fields = fields_of(field_items, pair, type(pipe))
     summary = run_job(pipe, JobOptions(
         input_path, output_path, params, fields, input_format, chunk_size, on_error, resume,
-        force, progress), cluster)
+        force, progress, max_errors=max_errors), cluster)
     click.echo(json.dumps(summary.as_dict()) if as_json else summary.line())
+    summary.check()

@@ -18,18 +18,19 @@ import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import BertOnnxError, InputError
 from ..core.pipelines import Pipeline
 from ..cli.progress import Progress
 from .readers import chunks, input_format, open_reader
 from .runner import ChunkRunner
-from .sinks import open_sink
+from .sinks import Commit, open_sink, partial_dir
 
 CRASH_ENV = "BERTONNX_BULK_CRASH_AFTER"  # test hook: SIGKILL mid-write after N commits
 AHEAD = 2   # chunks read ahead of the model, and written behind it
+CHUNK_SIZE = 1024  # rows per chunk when --chunk-size is left out (and no stopped job has one)
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,13 @@ class JobOptions:
     params: dict = field(default_factory=dict)   # the pipeline's arguments
     fields: dict = field(default_factory=dict)   # task field (or "id") -> the input's column
     input_format: str | None = None              # jsonl, csv, text, parquet; None: by name
-    chunk_size: int = 1024
+    chunk_size: int | None = CHUNK_SIZE          # None: a resumed job's own, else CHUNK_SIZE
     on_error: str = "row"
     resume: bool = False
     force: bool = False
     progress: bool = True
     every: float = 10.0                          # seconds between plain progress lines
+    max_errors: int = 0                          # error rows tolerated before exit status 1
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,12 @@ class Summary:
     seconds: float
     resumed_from: int = 0
     warnings: int = 0     # repeats of a warning, shown once
+    max_errors: int = 0   # error rows tolerated: past them the job failed (`check`)
+
+    @property
+    def failed(self) -> bool:
+        """More error rows than tolerated: the output is complete, the job is not a success."""
+        return bool(self.errors) and self.errors > self.max_errors
 
     @property
     def rows_per_s(self) -> float:
@@ -69,7 +77,22 @@ class Summary:
                 f"rows in {self.seconds:.1f} s, {self.rows_per_s:.0f} rows/s{resumed}")
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "rows_per_s": round(self.rows_per_s, 1)}
+        return {**asdict(self), "rows_per_s": round(self.rows_per_s, 1), "failed": self.failed}
+
+    def check(self) -> None:
+        """RowsFailed when more rows failed than --max-errors tolerates (after the summary:
+        the output holds every row, its error rows included)."""
+        if self.failed:
+            raise RowsFailed(f"{self.errors} of {self.rows} rows failed, more than --max-errors "
+                             f"{self.max_errors} tolerates (their error rows are in "
+                             f"{self.output})", f"fix those rows, or pass --max-errors "
+                             f"{self.errors} to accept them")
+
+
+class RowsFailed(BertOnnxError):
+    """A job whose error rows are more than --max-errors: exit status 1, as --on-error fail."""
+
+    exit_code = 1
 
 
 class _Once(logging.Filter):
@@ -102,11 +125,21 @@ def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
         sort_keys=True))
 
 
+def chunk_size(options: JobOptions) -> int:
+    """--chunk-size; left out, the stopped job's own on --resume (its commit.json records it:
+    a resume runs the same chunks), else CHUNK_SIZE."""
+    if options.chunk_size is not None:
+        return options.chunk_size
+    commit = Commit.load(partial_dir(options.output)) if options.resume else None
+    return commit.job.get("chunk_size", CHUNK_SIZE) if commit else CHUNK_SIZE
+
+
 def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
     """Run `pipe` over options.input into options.output (see the module docstring).
 
     cluster: a `RayOptions` (runtime/bulk/ray_job.py) runs the chunks on that Ray cluster, one
     pipeline per actor, into the same sink: the same output, byte for byte."""
+    options = replace(options, chunk_size=chunk_size(options))
     fmt = input_format(options.input, options.input_format)
     if options.output.resolve() == options.input.resolve():
         raise InputError(f"--output {options.output} is the --input file",
@@ -157,7 +190,7 @@ def _run(reader, runner: ChunkRunner, sink, options: JobOptions, total: int | No
         log.removeFilter(once)
     seconds = time.monotonic() - t0
     return Summary(str(options.output), sink.commit.rows, sink.commit.errors,
-                   sink.commit.rows - start, seconds, start, once.repeats)
+                   sink.commit.rows - start, seconds, start, once.repeats, options.max_errors)
 
 
 def _stream(source, runner: ChunkRunner, sink, progress: Progress) -> None:

@@ -23,14 +23,18 @@ copies the files out of the object store into a folder under its temp dir, once 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+import numpy as np
+
 from ..core.atomic import discard, publishing
 from ..core.errors import ArtifactError, ConfigError
+from ..core.pipelines import DEFAULT_BATCH_SIZE, load
 from .rows import ID
 from .runner import ChunkRunner
 
@@ -141,8 +145,6 @@ def materialise(folder: ShippedFolder, root: Path | None = None,
 def chunk_runner(folder, params: dict | None, fields: Mapping | None, on_error: str,
                  threads: int | None, providers, batch_size: int | None) -> ChunkRunner:
     """A ChunkRunner on this node's copy of `folder` (what each actor builds once)."""
-    from ..core.pipelines import DEFAULT_BATCH_SIZE, load
-
     pipe = load(folder_on_node(folder), providers=providers, threads=threads,
                 batch_size=batch_size or DEFAULT_BATCH_SIZE)
     return ChunkRunner(pipe, dict(params or {}), dict(fields or {}), on_error)
@@ -179,10 +181,6 @@ class Predictor:
         return _with_columns(batch, results, errors, self.vector)
 
     def _result(self, value):
-        import json
-
-        import numpy as np
-
         if self.vector:
             return np.asarray(value, dtype=np.float32)
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -190,7 +188,7 @@ class Predictor:
 
 def _records(batch) -> list[dict]:
     """A batch (numpy dict, pandas DataFrame, pyarrow Table) as plain-Python row dicts."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: the ray extra's; ship() and materialise() work without it
 
     if isinstance(batch, pa.Table):
         return batch.to_pylist()
@@ -203,8 +201,7 @@ def _records(batch) -> list[dict]:
 
 
 def _with_columns(batch, results: list, errors: list, vector: bool):
-    import numpy as np
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: the ray extra's; ship() and materialise() work without it
 
     if isinstance(batch, pa.Table):
         kind = pa.list_(pa.float32()) if vector else pa.string()

@@ -28,7 +28,7 @@ _BOM = b"\xef\xbb\xbf"
 
 def pyarrow_parquet():
     """pyarrow.parquet, or one line naming the extra that brings it."""
-    try:
+    try:  # lazy: pyarrow is the parquet extra's; JSONL, CSV and text need nothing
         import pyarrow.parquet as pq
     except ImportError as e:
         raise ConfigError("Parquet files need pyarrow, which is not installed",
@@ -143,6 +143,12 @@ def _text_lines(f, at: int, where: list) -> Iterator[str]:
             return
 
 
+def _flag_end(lines: Iterator[str], ended: list) -> Iterator[str]:
+    """`lines`, then ended[0] = True once the last has been taken and one more asked for."""
+    yield from lines
+    ended[0] = True
+
+
 class CsvReader:
     """A header row, then one row per record; an empty cell is a missing value (CSV cannot
     tell them apart)."""
@@ -162,10 +168,10 @@ class CsvReader:
 
     def _records(self, at: int) -> Iterator[tuple[list | ReadError, int]]:
         """(record, byte offset after it) from byte `at` on."""
-        where = [at]
+        where, ended = [at], [False]
         with open(self.path, "rb") as f:
             # csv pulls one line at a time, so `where` is the end of the record it returns
-            records = csv.reader(_text_lines(f, at, where))
+            records = csv.reader(_flag_end(_text_lines(f, at, where), ended))
             while True:
                 try:
                     record = next(records)
@@ -173,7 +179,22 @@ class CsvReader:
                     return
                 except csv.Error as e:
                     record = ReadError(f"the CSV record cannot be read ({e})")
+                if ended[0]:  # a record complete only at the end of the file: see _unclosed
+                    self._unclosed(record)
                 yield record, where[0]
+
+    def _unclosed(self, record) -> None:
+        """csv ends a record at the end of its line unless a quoted field is open; one the
+        file's end closed had a quote never closed, and would read the rest of the file as
+        one text (csv's non-strict reader says nothing). The field is the record's last one:
+        it runs from its opening quote to the file's last line."""
+        field_ = record[-1] if isinstance(record, list) and record else ""
+        with open(self.path, "rb") as f:
+            last = sum(1 for _ in _text_lines(f, 0, [0]))
+        line = last - max(1, len(field_.splitlines(keepends=True))) + 1
+        raise InputError(f"{self.path} line {line}: a quoted field has no closing quote, so "
+                         "the rest of the file would be one text",
+                         'close the quote (a quote inside a quoted field is written "")')
 
     def count(self) -> None:
         return None  # quoted newlines: only a full parse knows the rows

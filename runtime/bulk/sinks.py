@@ -149,7 +149,7 @@ class ParquetSink(Sink):
                  vector: bool = False):
         super().__init__(target, commit, crash_after)
         self.pq = pyarrow_parquet()
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: the parquet extra's, present once pyarrow_parquet() passed
 
         self.pa, self.vector = pa, vector
         keep = {self._part(k).name for k in range(commit.chunks)}

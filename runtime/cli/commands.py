@@ -12,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
 from ..core.errors import InputError
 from ..core.io import read_input_file, texts_of
 from ..core.tasks import SAME, TASKS, Param, Task
+from ..triton.repository import BACKENDS as TRITON_BACKENDS
 from ..triton.repository import KINDS as TRITON_KINDS
 from ..triton.repository import TritonOptions, write_repository
 from .show import echo_json, show
@@ -75,7 +77,8 @@ def option(p: Param) -> click.Option:
     if flag.parse is not None:
         kind = click.STRING
     elif rule.kind == "int":
-        kind = click.IntRange(min=rule.low if flag.low is None else flag.low, max=rule.high)
+        # no max: past the rule's bound the pipeline refuses, in the words every entry point uses
+        kind = click.IntRange(min=rule.low if flag.low is None else flag.low)
     elif rule.kind == "choice":
         kind = click.Choice(list(flag.options or rule.options))
     else:
@@ -84,10 +87,18 @@ def option(p: Param) -> click.Option:
                    metavar=flag.metavar, show_default=default is not None, help=text)
 
 
-def pipeline_kwargs(task: str, values: dict) -> dict:
-    """The pipeline's arguments from the values of the task's options (`parse` applied)."""
+def pipeline_kwargs(task: str, values: dict, given) -> dict:
+    """The pipeline's arguments from the values of the task's options that were `given`
+    (`parse` applied). An option left out is left to the pipeline: its default, the export's
+    own included, is the one every entry point gets."""
     return {p.name: p.flag.parse(values[p.name]) if p.flag.parse else values[p.name]
-            for p in cli_parameters(task)}
+            for p in cli_parameters(task) if p.name in given}
+
+
+def given_options(ctx: click.Context, names) -> set[str]:
+    """Which of the options `names` the command line set (not left at their defaults)."""
+    return {n for n in names
+            if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)}
 
 
 # -- a task's inputs -------------------------------------------------------------------------
@@ -163,7 +174,8 @@ def task_command(record: Task) -> click.Command:
         from ..core.pipelines import load  # onnxruntime only once the command runs
 
         items, single = gather(values)
-        kwargs = pipeline_kwargs(record.name, values)
+        given = given_options(click.get_current_context(), values)
+        kwargs = pipeline_kwargs(record.name, values, given)
         pipe = load(folder, task=record.name, providers=providers, threads=threads,
                     batch_size=batch_size)
         read = pipe.read_inputs(items[0] if single else items)
@@ -208,10 +220,20 @@ def __getattr__(name: str):
 @click.option("--max-wait-ms", default=5.0, show_default=True, type=float,
               help="Dynamic batching max queue delay.")
 @click.option("--force", is_flag=True, help="Replace an existing REPO/NAME.")
+@click.option("--backend", type=click.Choice(TRITON_BACKENDS), default="python",
+              show_default=True,
+              help="python: the pipeline (raw text in, answers out) in Triton's Python "
+                   "backend; onnxruntime: the graph alone (clients send token ids).")
+@click.option("--threads", default=None, type=click.IntRange(0, MAX_THREADS),
+              help="With --backend python: onnxruntime threads per instance "
+                   "[default: onnxruntime's].")
 def export_triton(export_dir, repository, name, max_batch_size, instances, kind,
-                  max_wait_ms, force):
-    """Write a Triton model repository entry (onnxruntime backend) for the export in DIR."""
+                  max_wait_ms, force, backend, threads):
+    """Write a Triton model repository entry for the export in DIR: the pipeline model for the
+    Python backend (default) or the graph for the onnxruntime backend."""
+    if threads is not None and backend != "python":
+        raise click.UsageError("--threads needs --backend python")
     target = write_repository(export_dir, repository, TritonOptions(
         name=name, max_batch_size=max_batch_size, instances=instances, kind=kind,
-        max_wait_ms=max_wait_ms, force=force))
+        max_wait_ms=max_wait_ms, force=force, backend=backend, threads=threads))
     click.echo(str(target))

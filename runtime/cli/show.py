@@ -89,8 +89,9 @@ def _embed(pipe, read, params) -> None:
     """The vectors' cosine similarities (one vector: its norm and first values)."""
     vecs = pipe(read.listed(), **{**params, "return_tensors": True})
     items = list(read.records)
-    click.echo(f"{len(items)} vector(s) of {vecs.shape[1]} dimensions ({params['pooling']} "
-               f"pooling{', normalized' if params['normalize'] else ''})")
+    used = pipe.complete(params)   # the options given, the export's defaults for the rest
+    click.echo(f"{len(items)} vector(s) of {vecs.shape[1]} dimensions ({used['pooling']} "
+               f"pooling{', normalized' if used['normalize'] else ''})")
     if len(items) > 1:
         sims = cosine_matrix(vecs)
         table([[f"[{i}] {short(t, 40)}", *sims[i].round(4).tolist()]

@@ -15,9 +15,21 @@ x86), the kind is None.
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 
-TARGET_KINDS = ("avx2", "avx512", "avx512-vnni", "amx")
+from . import defaults
+
+# Each kind's int8 recipes, fastest first (export/int8/evidence.toml): export's TARGETS table
+# (export/int8/recipes.py) is built from it, and the runtime reads it to tell whether a re-export
+# here would make another graph than the one it holds.
+RECIPE_ORDER = {
+    "avx2": ("s8-rr",),
+    "avx512": ("s8-rr",),
+    "avx512-vnni": ("s8", "s8-rr", "s8-attention-fp32", "static"),
+    "amx": ("s8", "s8-rr", "s8-attention-fp32", "static"),
+}
+TARGET_KINDS = tuple(RECIPE_ORDER)
 CPUINFO = Path("/proc/cpuinfo")
 
 log = logging.getLogger("bertonnx")
@@ -58,19 +70,41 @@ def this_kind() -> str | None:
     return target_kind(cpu_flags())
 
 
-def warn_if_other_cpu(folder: Path, quantization: dict, kind: str | None = None) -> bool:
+def warn_if_other_cpu(folder: Path, quantization: dict, kind: str | None = None, *,
+                      source: str = "", task: str | None = None) -> bool:
     """One warning line per export folder and process when its int8 graph was made for
-    another kind of CPU than this one; True when it warned."""
+    another kind of CPU than this one with another recipe than this kind's fastest, naming the
+    re-export that fixes it; True when it warned.
+
+    Only advice the user can follow is given: for the shipped default or an export whose
+    checkpoint (the manifest's `source`) is not at hand, the note goes to INFO instead."""
     target = quantization.get("target")
     here = kind if kind is not None else this_kind()
     if not target or here is None or target == here:
         return False
+    if quantization.get("recipe") == RECIPE_ORDER.get(here, (None,))[0]:
+        return False  # a re-export here would build the same recipe: nothing to gain
     key = (Path(folder).resolve(), target)
     if key in _warned:
         return False
     _warned.add(key)
-    log.warning("%s holds an int8 graph made for %s CPUs (recipe %s); this CPU is %s: "
-                "re-export with `bertonnx export MODEL --quantize int8 --target-cpu auto` for "
-                "the recipe measured fastest here", folder, target,
-                quantization.get("recipe", "?"), here)
+    made = (f"{folder} holds an int8 graph made for {target} CPUs (recipe "
+            f"{quantization.get('recipe', '?')}); this CPU is {here}")
+    if not _can_reexport(folder, source):
+        log.info("%s: it runs, if perhaps slower than a graph made for this CPU", made)
+        return False
+    command = " ".join(shlex.quote(a) for a in (
+        "bertonnx", "export", source, *(("--task", task) if task else ()), "--quantize", "int8",
+        "--target-cpu", "auto", "--out", str(folder), "--force"))
+    log.warning("%s: re-export with `%s` for the recipe measured fastest here", made, command)
     return True
+
+
+def _can_reexport(folder: Path, source: str) -> bool:
+    """Whether `bertonnx export SOURCE` can run here: the word `default`, a folder that exists,
+    or a hub id; never for an export shipped inside this package (its checkpoint is not)."""
+    if not source or Path(folder).resolve().is_relative_to(defaults.MODELS):
+        return False
+    if defaults.is_default(source) or Path(source).expanduser().is_dir():
+        return True
+    return defaults.HUB_ID.match(source) is not None and not source.startswith((".", "~"))

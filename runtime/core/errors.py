@@ -44,6 +44,11 @@ class TaskMismatchError(BertOnnxError):
     """The artifact was built for another task than the one asked for."""
 
 
+class UntrainedHeadError(BertOnnxError):
+    """An export whose task head the checkpoint did not train (initialised at random, or the
+    head of another task), refused unless the user says it is meant for fine-tuning."""
+
+
 class CheckFailed(BertOnnxError):
     """A check ran and failed (parity outside tolerance, fusion incomplete)."""
 

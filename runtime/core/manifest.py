@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .contract import MANIFEST_NAME, MANIFEST_VERSION, MODEL_NAME
-from .tasks import EXPORT_TASKS
+from .tasks import EXPORT_TASKS, TASKS
 from .errors import ArtifactError
 from .files import read_json_object
 from .tokenizer import TOKENIZER_FILES
@@ -34,7 +34,8 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
 # JSON type of each field a manifest may hold (schema version 1); checked on read.
 _FIELD_TYPES = {"task": str, "opset": int, "exporter": str, "inputs": dict, "outputs": dict,
                 "optimized": bool, "quantization": dict, "fused_ops": dict, "parity": dict,
-                "config": dict, "files": dict, "versions": dict, "source": str, "created": str}
+                "config": dict, "files": dict, "versions": dict, "source": str, "created": str,
+                "defaults": dict, "untrained_head": dict}
 
 
 @dataclass
@@ -53,6 +54,12 @@ class Manifest:
     versions: dict = field(default_factory=dict)  # package -> version
     source: str = ""                   # what MODEL was given to export
     created: str = ""
+    # parameter -> this export's own default, over the task record's: what the model's folder
+    # chose (Pipeline.folder_defaults: a sentence-transformers folder's pooling and normalize)
+    defaults: dict = field(default_factory=dict)
+    # {} for a head the checkpoint trained for `task`; else which weights were initialised
+    # rather than loaded, or came from another task's head (runtime/core/untrained.py)
+    untrained_head: dict = field(default_factory=dict)
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> str:
@@ -113,6 +120,10 @@ class Manifest:
         if data["task"] not in EXPORT_TASKS:
             raise ArtifactError(f"{path} names unknown task {data['task']!r}",
                                 "export the model again")
+        stray = sorted(set(data.get("defaults", {})) - set(TASKS[data["task"]].parameters))
+        if stray:  # their values are checked by the pipeline's rules when it loads
+            raise ArtifactError(f"{path} sets defaults for {', '.join(stray)}, which "
+                                f"{data['task']} does not take", "export the model again")
         defaults = dict(exporter="", optimized=False, quantization={"mode": "none"},
                         fused_ops={}, parity={}, config={})
         m = cls(**{**defaults, **{k: v for k, v in data.items() if k in known}})

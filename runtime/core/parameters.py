@@ -20,6 +20,11 @@ from .errors import InputError
 # The largest integer any parameter takes: past it numpy's int64 arithmetic overflows (a
 # max_answer_len of 10^30 was an OverflowError, a 500 from the server).
 INT_LIMIT = 2**31 - 1
+# The most answers one input may ask for (every task's top_k), on every entry point: library,
+# CLI, /predict, /v2 and bulk refuse more with the same message. The server's default
+# per-request budget (runtime/server/settings.py Limits.max_answers) is the same number, so
+# one input at the bound fits it. Fill-mask's top_k past the vocabulary still gives it all.
+MAX_TOP_K = 1_000
 
 
 @dataclass(frozen=True)
@@ -81,26 +86,31 @@ def choice(options, *, none: bool = False, fold_case: bool = False) -> Rule:
     return Rule(ok, repr(options[0]), "choice", options=tuple(options))
 
 
-def strings(*, single: bool, none: bool = True) -> Rule:
-    """A list of strings (`single`: or one string)."""
+def strings(*, single: bool, none: bool = True, words: bool = False) -> Rule:
+    """A list of strings (`single`: or one string); `words`: not empty, none of them blank
+    (fill-mask's targets: an empty list would score nothing, not everything)."""
     def ok(v, pipe):
-        if (v is None and none) or (single and isinstance(v, str)):
+        if v is None and none:
             return None
-        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+        listed = [v] if single and isinstance(v, str) else v
+        if isinstance(listed, (list, tuple)) and all(isinstance(x, str) for x in listed) and (
+                not words or (listed and all(x.strip() for x in listed))):
             return None
-        return ("a string or " if single else "") + "a list of strings" + (
+        what = "word" if words else "string"
+        return (f"a {what} or " if single else "") + (
+            f"a non-empty list of {what}s" if words else f"a list of {what}s") + (
             " or null" if none else "")
     return Rule(ok, '["PER", "LOC"]' if not single else '["word"]', "strings")
 
 
 def top_k_or_all(left_out) -> Rule:
     """A positive int, null (every one), or the `left_out` marker (the default's own shape)."""
-    top = integer(1)
+    top = integer(1, MAX_TOP_K)
 
     def ok(v, pipe):
         if v is left_out or v is None or top.ok(v, pipe) is None:
             return None
-        return "a positive integer, or null for every label"
+        return f"an integer from 1 to {MAX_TOP_K}, or null for every label"
     return Rule(ok, "2")
 
 

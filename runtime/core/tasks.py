@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 from .bounds import MAX_BATCH_SIZE
 from .errors import ConfigError, InputError
-from .parameters import Rule, boolean, choice, integer, strings, top_k_or_all
+from .parameters import MAX_TOP_K, Rule, boolean, choice, integer, strings, top_k_or_all
 
 BATCH, SEQUENCE = "batch", "sequence"
 # The options of the parameters below (postprocess.py implements each)
@@ -59,7 +59,12 @@ LEGACY = _Legacy()
 class Flag:
     """How the command line spells a parameter where it differs from the library: the flag is
     `--` + the name with dashes; `parse` turns the flag's text into the value (comma lists,
-    "all"), `options`/`low` narrow what the CLI offers, `old` are hidden older spellings."""
+    "all"), `options`/`low` narrow what the CLI offers, `old` are hidden older spellings.
+
+    `default` is what --help shows: the library's default (SAME), or its spelling on the
+    command line where the library's value has none (None, LEGACY). It is never another
+    behaviour: a command passes only the options given, so a left-out one is the pipeline's
+    default, the export's own included (tests/runtime/test_entry_points.py)."""
 
     default: Any = SAME
     parse: Callable[[str], Any] | None = None
@@ -179,9 +184,15 @@ class Task:
         return problems
 
 
-def _words(value: str | None) -> list[str] | None:
-    """fill-mask's --targets: comma-separated words."""
-    return [t.strip() for t in value.split(",") if t.strip()] if value else None
+def _words(value: str) -> list[str]:
+    """fill-mask's --targets: comma-separated words (none at all is refused: it would score
+    nothing, and leaving the option out scores the whole vocabulary)."""
+    words = [t.strip() for t in value.split(",") if t.strip()]
+    if not words:
+        raise InputError(f"--targets must name at least one word, got {value!r}",
+                         "pass comma-separated words, e.g. --targets cat,dog, or leave it out "
+                         "to score the whole vocabulary")
+    return words
 
 
 def _labels(value: str) -> list[str]:
@@ -216,9 +227,9 @@ def _top_k_or_all(value: str | None):
         n = int(value)
     except ValueError:
         n = 0
-    if n < 1:
-        raise InputError(f"--top-k must be a positive integer or 'all', got {value!r}",
-                         "pass --top-k 3")
+    if not 1 <= n <= MAX_TOP_K:
+        raise InputError(f"--top-k must be an integer from 1 to {MAX_TOP_K} or 'all', got "
+                         f"{value!r}", "pass --top-k 3")
     return n
 
 
@@ -226,8 +237,8 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
     Task("fill-mask", (), "mlm", "ForMaskedLM", (("logits", _BS),), (2, "vocab_size"),
          "fill-mask", "Predict [MASK] tokens.", "fill_mask:FillMaskPipeline", ("text",), (
         # top_k past the vocabulary (or the targets) gives them all, as many as there are
-        Param("top_k", integer(1, example=5), 5, "Proposals per mask."),
-        Param("targets", strings(single=True), None,
+        Param("top_k", integer(1, MAX_TOP_K, example=5), 5, "Proposals per mask."),
+        Param("targets", strings(single=True, words=True), None,
               "Words to score instead of the whole vocabulary.",
               Flag(parse=_words, metavar="WORDS",
                    help="Comma-separated words to score instead of the whole vocabulary.")),
@@ -267,7 +278,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
          "Answer questions from a context.", "question_answering:QuestionAnsweringPipeline",
          ("question", "context"), (
         # the best span per question over /v2 (top_k 1): several would make the rows ragged
-        Param("top_k", integer(1), 1, "Answers per question.", v2=False),
+        Param("top_k", integer(1, MAX_TOP_K), 1, "Answers per question.", v2=False),
         Param("doc_stride", integer(0, none=True, example=128), None,
               "Overlap between context windows (default min(max_seq_len // 2, 128))."),
         Param("max_answer_len", integer(1, example=15), 15, "Longest answer, in tokens."),
@@ -282,12 +293,24 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
     Task("feature-extraction", (), "identity", "Model", (("last_hidden_state", _BS),),
          (2, "hidden_size"), "embed", "Sentence embeddings and cosines.",
          "feature_extraction:FeatureExtractionPipeline", ("text",), (
+        # An export made from a sentence-transformers folder defaults to that folder's own
+        # pooling and normalize (its Pooling and Normalize modules, recorded at export:
+        # FeatureExtractionPipeline.folder_defaults, Manifest.defaults).
         # pooling "none" (a [T, H] matrix per text) would make /v2 rows ragged
-        Param("pooling", choice(POOLINGS), "mean", "How token vectors become one vector.",
+        Param("pooling", choice(POOLINGS), "mean",
+              "How token vectors become one vector (an export of a sentence-transformers "
+              "folder: the folder's by default).",
               Flag(options=("mean", "cls")), v2=choice(("mean", "cls"))),
-        Param("normalize", boolean(), False, "Unit-length vectors (cosine = dot product).",
-              Flag(default=True, negatable=True,
-                   help="Unit-length vectors (cosine similarity = dot product).")),
+        # Unit vectors by default, on every entry point: what sentence embeddings are used for
+        # (cosine search) and what the other embedding APIs return — OpenAI's embeddings,
+        # TEI's /embed (`normalize` defaults to true: router/src/http/types.rs, EmbedRequest)
+        # and sentence-transformers models with a Normalize module (all-MiniLM-L6-v2). A
+        # sentence-transformers folder without one (a dot-product model) keeps its raw
+        # vectors. Raw ones are a parameter away: normalize=False, the same name everywhere.
+        Param("normalize", boolean(), True,
+              "Unit-length vectors (cosine similarity = dot product; an export of a "
+              "sentence-transformers folder: as the folder chose by default).",
+              Flag(negatable=True)),
         Param("return_tensors", boolean(), False, "numpy arrays instead of lists.",
               flag=None, request=False, v2=False),
     ), per_token=False, agreement="cosine", vector_output=True, example=_text,

@@ -21,7 +21,7 @@ def join(address: str, flag: str = "--ray") -> None:
         raise ConfigError(f"{flag} takes a cluster's address (host:port) or auto, not a Ray "
                           "Client address", "run bertonnx on a node of the cluster")
     _check_reachable(address, flag)
-    import ray
+    import ray  # lazy: the ray extra's (module docstring)
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as e:

@@ -38,15 +38,15 @@ __all__ = ["ClientError", "Limits", "RayOptions", "ServeOptions", "Timeouts",
            "allowed_parameters", "bind", "create_app", "parse_request", "run_server"]
 
 
+# app.py and process.py import starlette and uvicorn (the serve extra): they are imported when
+# first asked for, so this package, which holds the `serve` command, stays light (`serve --help`)
 def __getattr__(name: str):
-    # app.py and process.py import starlette and uvicorn (the serve extra): only when asked
-    # for, so this package, which holds the `serve` command, imports light (`serve --help`)
     if name == "create_app":
-        from .app import create_app
+        from .app import create_app  # starlette: see above
 
         return create_app
     if name in ("bind", "run_server"):
-        from . import process  # starlette and uvicorn, as above
+        from . import process  # starlette and uvicorn: see above
 
         return getattr(process, name)
     raise AttributeError(name)

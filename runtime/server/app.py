@@ -136,7 +136,9 @@ class _Handlers:
             return
         except Exception as e:  # noqa: BLE001 — reported, then the server stops
             log.exception("cannot load %s", state.model_dir)
-            self._failed(f"{type(e).__name__}: {e}")
+            # a library error's line names its fix; this one gets the general one
+            self._failed(f"{type(e).__name__}: {e} — check the export folder with "
+                         "`bertonnx parity`, or export again")
             return
         state.pipeline = pipe
         state.allowed = allowed_parameters(pipe)

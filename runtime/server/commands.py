@@ -54,6 +54,38 @@ def _ray_flags(command):
 _NOT_ON_RAY = ("max_connections", "header_timeout_s")
 
 
+def _triton_flags(command):
+    """The flags of `serve --engine triton`: the export on the bundled Triton server
+    (runtime/triton/serve.py; the triton extra)."""
+    flags = [
+        click.option("--engine", type=click.Choice(["bertonnx", "triton"]), default="bertonnx",
+                     show_default=True,
+                     help="bertonnx's own server, or a real Triton Inference Server (the "
+                          "triton extra) running the export in its Python backend; Triton "
+                          "takes --port (default 8000), gRPC on port + 1, metrics on port + 2."),
+        click.option("--grpc-port", default=None, type=click.IntRange(1, 65535),
+                     help="With --engine triton: the gRPC port [default: --port + 1]."),
+        click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
+                     help="With --engine triton: the metrics port [default: --port + 2]."),
+        click.option("--instances", default=1, show_default=True, type=click.IntRange(1, 64),
+                     help="With --engine triton: model instances (instance_group count), each "
+                          "its own process."),
+        click.option("--triton-python", default=None, metavar="PYTHON",
+                     help="With --engine triton: the Python Triton's stub runs the model in "
+                          "(needs numpy<2 and bertonnx) [default: this one]."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
+
+
+# What --engine triton takes of serve's own flags (the rest are bertonnx's server's)
+_ON_TRITON = frozenset({"model_dir", "host", "port", "max_batch_size", "max_wait_ms", "threads",
+                        "name", "engine", "grpc_port", "metrics_port", "instances",
+                        "triton_python"})
+_TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
+
+
 @click.command("serve")
 @click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -105,18 +137,28 @@ _NOT_ON_RAY = ("max_connections", "header_timeout_s")
 @click.option("--name", default=None,
               help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
                    "folder name].")
+@_triton_flags
 @_ray_flags
 @click.pass_context
 def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_body_bytes,
           max_inputs, max_tokens, max_context_chars, max_answers, max_connections,
           header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers,
-          name, ray_address, **ray_flags):
+          name, engine, grpc_port, metrics_port, instances, triton_python, ray_address,
+          **ray_flags):
     """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
     POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
     v2 (KServe, Triton: /v2/models/NAME/infer).
 
     With --ray, the same app runs as a Ray Serve deployment of --replicas replicas on a
-    running Ray cluster, each with its own dynamic batching."""
+    running Ray cluster, each with its own dynamic batching. With --engine triton, a real
+    Triton server runs the export (raw text in, the task's answers out)."""
+    if engine == "triton":
+        return _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms,
+                                threads, name, grpc_port, metrics_port, instances,
+                                triton_python)
+    for flag in _TRITON_ONLY:
+        if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{flag.replace('_', '-')} needs --engine triton", ctx)
     debug = bool((ctx.find_root().obj or {}).get("debug"))
     options = ServeOptions(
         host=host, port=port, batch=BatchConfig(max_batch_size, max_wait_ms, workers),
@@ -149,3 +191,20 @@ def _serve_on_ray(ctx, model_dir, options: ServeOptions, ray_options: RayOptions
         raise ConfigError("--ray needs the ray extra", "pip install 'bertonnx[ray]'") from None
     return serve_on_ray(model_dir, options, ray_options,
                         announce=lambda line: click.echo(line, err=True))
+
+
+def _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms, threads, name,
+                     grpc_port, metrics_port, instances, triton_python) -> int:
+    for param in ctx.command.params:
+        if (param.name not in _ON_TRITON and ctx.get_parameter_source(param.name)
+                is not click.core.ParameterSource.DEFAULT):
+            raise click.UsageError(f"{param.opts[0]} does not apply with --engine triton", ctx)
+    # the triton package (and tempfile, urllib) only for --engine triton: `serve` stays light
+    from ..triton.serve import TritonServeOptions, serve_triton
+
+    if ctx.get_parameter_source("port") is click.core.ParameterSource.DEFAULT:
+        port = TritonServeOptions.port  # Triton's own 8000 (8001 gRPC, 8002 metrics)
+    return serve_triton(model_dir, TritonServeOptions(
+        host=host, port=port, grpc_port=grpc_port, metrics_port=metrics_port, name=name,
+        max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, instances=instances,
+        threads=threads, python=triton_python), announce=lambda line: click.echo(line, err=True))

@@ -9,13 +9,15 @@ and LlamaIndex's OpenAI embeddings send.
                              "owned_by"}]}: the one model served
     GET  /v1/models/{id}    that model, or 404
 
-Vectors are the sentence embeddings sentence-transformers users expect: mean pooled over the
-tokens and L2-normalised — the library's `pipe(texts, pooling="mean", normalize=True)`, run
-through the same batcher as /predict. `encoding_format` "base64" is the vector's
-little-endian float32 bytes, as the openai client decodes them (it asks for base64 unless told
-otherwise). Usage counts the tokens the model ran (special tokens included, texts past the
-model's length truncated as the library truncates them). Refusals are OpenAI's error object
-`{"error": {"message", "type", "param", "code"}}`. Reference: OpenAI's API reference,
+Vectors are the export's sentence embeddings with its defaults, as every entry point gives
+them — the library's `pipe(texts)`, run through the same batcher as /predict: mean pooled
+and unit length (OpenAI's own embeddings are unit length, and clients take the dot product
+as the cosine), or, for an export of a sentence-transformers folder, pooled and normalised as
+that folder says. OpenAI's request has no parameter for either. `encoding_format` "base64" is
+the vector's little-endian float32 bytes, as the openai client decodes them (it asks for base64
+unless told otherwise). Usage counts the tokens the model ran (special tokens included, texts
+past the model's length truncated as the library truncates them). Refusals are OpenAI's error
+object `{"error": {"message", "type", "param", "code"}}`. Reference: OpenAI's API reference,
 "Embeddings" and "Models"; the openai-python client (`resources/embeddings.py`).
 """
 from __future__ import annotations
@@ -35,7 +37,6 @@ from .protocol import Parsed
 from .wire import ANY_METHOD, Call, FieldError, Wire
 
 TASK = "feature-extraction"
-PARAMETERS = {"pooling": "mean", "normalize": True}   # the sentence embedding
 FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}
 FORMATS = ("float", "base64")
 OWNER = "bertonnx"
@@ -113,7 +114,8 @@ class EmbeddingsWire(Wire):
         user = data.get("user")
         if user is not None and not isinstance(user, str):
             raise _field("user must be a string", "user")
-        return Call(Parsed(texts, False, dict(PARAMETERS)), (encoding, state.name))
+        # no parameters: the export's defaults, the vectors /predict and load() give
+        return Call(Parsed(texts, False, {}), (encoding, state.name))
 
     def respond(self, answer, call: Call, work):
         encoding, model = call.context

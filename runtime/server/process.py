@@ -18,6 +18,7 @@ from ..core.errors import ArtifactError, BertOnnxError, InputError
 from ..core.foreign import read_manifest
 from .app import create_app
 from .connections import guarded_protocol
+from .openai import TASK as EMBEDDINGS_TASK
 from .settings import ServeOptions
 
 # Descriptors the process needs besides client connections: the listening socket, the model
@@ -76,6 +77,14 @@ def bind(host: str, port: int) -> socket.socket:
 _ANNOUNCED = re.compile(r" on (http://[\d.]+:\d+) ")
 
 
+def served_routes(task: str, name: str) -> str:
+    """The routes `serve` announces: those that answer the export's task (/v1/embeddings
+    answers only an embedding export; on the others it refuses every request)."""
+    embeddings = ["/v1/embeddings"] if task == EMBEDDINGS_TASK else []
+    return (f"POST {', '.join(['/predict', *embeddings, f'/v2/models/{name}/infer'])}; "
+            "GET /health, /metrics, /v1/models, /v2")
+
+
 def announced_url(line: str) -> str | None:
     """The server's URL if `line` is serve's announcement (`--port 0` picks a free port)."""
     m = _ANNOUNCED.search(line)
@@ -109,8 +118,7 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     server = _Server(config, state)
     host, port = sock.getsockname()[:2]
     announce(f"bertonnx: serving {model_dir} ({manifest.task}) as {state.name} on "
-             f"http://{host}:{port} — POST /predict, /v1/embeddings, /v2/models/{state.name}/"
-             "infer; GET /health, /metrics, /v1/models, /v2")
+             f"http://{host}:{port} — {served_routes(manifest.task, state.name)}")
     # uvicorn drains on SIGTERM, then re-raises the signal so the default action would kill
     # the process with status 143; by then the drain is done, so ours just lets it return.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
@@ -120,8 +128,8 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         signal.signal(signal.SIGTERM, previous)
         sock.close()
     if failed:
-        raise ArtifactError(f"the server stopped: {state.load_error}",
-                            "check the export folder with `bertonnx parity` or export again")
+        # load_error is the loader's own line, its fix included: named once
+        raise ArtifactError(f"the server stopped: {state.load_error}")
     if state.cut:
         raise DrainCut(f"the drain took longer than --drain-timeout-s {timeouts.drain_s:g}: "
                        f"{state.cut} request(s) were answered 503",

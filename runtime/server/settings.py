@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.errors import InputError
+from ..core.parameters import MAX_TOP_K
 from .batching import BatchConfig
 
 
@@ -25,8 +26,9 @@ class Limits:
     # whole (~0.5 kB of tokenizer state per character), so they are capped before (413)
     max_context_chars: int = 100_000
     # answers one request may ask for: fill-mask top_k × masks (each a decoded sequence),
-    # question-answering top_k × questions (400)
-    max_answers: int = 1_000
+    # question-answering top_k × questions (400); by default the records' top_k bound, so one
+    # input at that bound fits (runtime/core/parameters.py MAX_TOP_K)
+    max_answers: int = MAX_TOP_K
 
     def __post_init__(self):
         for name, value in vars(self).items():

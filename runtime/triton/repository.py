@@ -1,7 +1,15 @@
 """`bertonnx export-triton`: an export folder -> a Triton Inference Server model repository.
 
-Writes REPO/NAME/config.pbtxt and REPO/NAME/1/model.onnx (plus external-data files, if the
-export has them) for Triton's onnxruntime backend, with dynamic batching on. Names, types and
+Two kinds of model (`TritonOptions.backend`, BACKENDS):
+
+- "python" (the default): the pipeline model, raw text in and the task's answers out, running
+  bertonnx's runtime in Triton's Python backend — pipeline_repository.py. It runs on any Triton
+  with the Python backend, the one `bertonnx serve --engine triton` starts included.
+- "onnxruntime": the graph alone for Triton's onnxruntime backend (below); the client tokenizes,
+  pads and post-processes. For Triton images that have that backend and clients that want tensors.
+
+The graph model is REPO/NAME/config.pbtxt and REPO/NAME/1/model.onnx (plus external-data files,
+if the export has them), with dynamic batching on. Names, types and
 dims come from the graph itself, checked against the export contract: with
 `max_batch_size > 0` Triton's dims leave out the batch axis, so every `sequence` axis is -1 and
 every fixed axis (vocabulary, labels, hidden size) is its number.
@@ -24,6 +32,8 @@ from ..core.tasks import TASKS
 from ..core.errors import ArtifactError, InputError
 from ..core.foreign import read_foreign
 from ..core.manifest import Manifest
+from .options import BACKENDS, KINDS, TritonOptions
+from .pipeline_repository import write_pipeline_model
 
 # onnxruntime's type strings -> Triton's DataType enum names (model_config.proto).
 TRITON_TYPES = {
@@ -37,19 +47,8 @@ TRITON_TYPES = {
     "tensor(uint8)": "TYPE_UINT8",
     "tensor(bool)": "TYPE_BOOL",
 }
-KINDS = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}
 # Triton model names become URL path segments and folder names.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-
-
-@dataclass(frozen=True)
-class TritonOptions:
-    name: str | None = None          # model name in the repository; default: the folder's name
-    max_batch_size: int = 32
-    instances: int = 1               # instance_group count: copies of the model per device
-    kind: str = "cpu"                # cpu | gpu
-    max_wait_ms: float = 5.0         # dynamic_batching max_queue_delay_microseconds / 1000
-    force: bool = False              # replace an existing REPO/NAME
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ def _model_files(export_dir: Path, manifest: Manifest) -> list[str]:
 
 def write_repository(export_dir: str | Path, repository: str | Path,
                   opts: TritonOptions = TritonOptions()) -> Path:
-    """Write REPO/NAME/{config.pbtxt, 1/model.onnx}; returns REPO/NAME."""
+    """Write REPO/NAME (config.pbtxt and version 1) for `opts.backend`; returns REPO/NAME."""
     export_dir = Path(export_dir)
     if (foreign := read_foreign(export_dir)) is not None:
         # a deployment artifact gets a verified graph: the file hashes and parity come first
@@ -188,8 +187,14 @@ def write_repository(export_dir: str | Path, repository: str | Path,
         raise InputError(f"unknown instance kind {opts.kind!r}", "use --kind cpu or --kind gpu")
     if opts.max_wait_ms < 0:
         raise InputError(f"max wait must be ≥ 0 ms, got {opts.max_wait_ms}", "pass 0 or more")
+    if opts.backend not in BACKENDS:
+        raise InputError(f"unknown Triton backend {opts.backend!r}",
+                         f"use --backend {' or --backend '.join(BACKENDS)}")
+    if opts.threads is not None and opts.threads < 0:
+        raise InputError(f"threads must be ≥ 0, got {opts.threads}", "pass 0 or more")
 
-    inputs, outputs = graph_tensors(export_dir, manifest.task, manifest.config)
+    if opts.backend == "onnxruntime":
+        inputs, outputs = graph_tensors(export_dir, manifest.task, manifest.config)
     repo = Path(repository)
     target = repo / name
     if target.exists() and not opts.force:
@@ -199,12 +204,15 @@ def write_repository(export_dir: str | Path, repository: str | Path,
     # Build beside the target and rename into place: Triton polling the repository never
     # sees a half-written model, and an interrupted run leaves only a dot-folder behind.
     with publishing(target) as tmp:
-        version = tmp / "1"
-        for rel in _model_files(export_dir, manifest):
-            dst = version / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(export_dir / rel, dst)
-        (tmp / "config.pbtxt").write_text(config_pbtxt(name, inputs, outputs, opts),
-                                          encoding="utf-8")
+        if opts.backend == "python":
+            write_pipeline_model(tmp, export_dir, manifest, name, opts)
+        else:
+            version = tmp / "1"
+            for rel in _model_files(export_dir, manifest):
+                dst = version / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(export_dir / rel, dst)
+            (tmp / "config.pbtxt").write_text(config_pbtxt(name, inputs, outputs, opts),
+                                              encoding="utf-8")
         tmp.chmod(0o755)  # whatever the umask: Triton may run as another user
     return target

@@ -286,6 +286,8 @@ def test_bench_command_table_without_reference(cls_export, tmp_path):
     for needle in ("fp32 peak", "threads", "onnxruntime", "end to end", "latency, batch 1",
                    "throughput, batch 4 × seq 16", "bertonnx fp32 fused"):
         assert needle in out.stdout
+    # the model's own limit (64 positions), not a tokenizer's 512 (issue 31)
+    assert " over 64, truncated by every engine" in out.stdout and "over 512" not in out.stdout
     assert "torch" not in out.stdout.split("end to end")[1]  # no reference, no torch rows
 
 

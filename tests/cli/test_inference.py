@@ -58,7 +58,8 @@ def test_json_equals_library(capsys, tiny_export, ours):
                 ours(NER)("the players walked to paris", aggregation_strategy="first",
                             ignore_labels=[]))
     vec = run_json(capsys, "embed", d["embed"], "the cat", "--no-normalize")
-    assert_same(vec, ours(EMB)("the cat"))
+    assert_same(vec, ours(EMB)("the cat", normalize=False))
+    assert_same(run_json(capsys, "embed", d["embed"], "the cat"), ours(EMB)("the cat"))
 
 
 def test_old_flag_spellings_work_but_are_hidden(capsys, tiny_export, ours):
@@ -109,6 +110,10 @@ def test_input_files(capsys, tiny_export, ours, tmp_path):
     (["fill-mask", "{fill-mask}", "no mask here"], "no mask token"),
     (["classify", "{classify}", "   "], "empty"),
     (["classify", "{fill-mask}", "the cat"], "exported for fill-mask"),
+    # the command that serves the export, by its name (issue 31: not "the feature-extraction
+    # command")
+    (["fill-mask", "{embed}", "the [MASK]"], "was exported for feature-extraction, not "
+     "fill-mask — export the model with --task fill-mask, or use the `bertonnx embed` command"),
     (["embed", "{missing}", "the cat"], "does not exist"),
     (["classify", "{classify}", "--input", "{latin1}"], "not UTF-8"),
     (["classify", "{classify}", "--input", "{missing}"], "does not exist"),
@@ -163,3 +168,50 @@ def test_listing_commands_imports_neither_torch_nor_onnx():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "Commands:" in out.stdout and out.stdout.strip().endswith("[]"), out.stdout
+
+
+def test_top_k_has_one_bound_everywhere(capsys, tiny_export, ours, tmp_path):
+    """One top_k bound (runtime/core/parameters.py MAX_TOP_K) and one message on the library,
+    the CLI and bulk jobs (the server: tests/runtime/server/test_app.py), instead of the CLI
+    printing every vocabulary entry while the server capped at 1,000 (issue 31)."""
+    from bertonnx.runtime.core.errors import InputError
+    from bertonnx.runtime.core.parameters import MAX_TOP_K
+
+    message = (f"top_k must be an integer from 1 to {MAX_TOP_K}, got {MAX_TOP_K + 1} — pass "
+               "e.g. top_k=5")
+    with pytest.raises(InputError) as e:
+        ours("fill-mask")("the [MASK] sat", top_k=MAX_TOP_K + 1)
+    assert str(e.value) == message
+    rc, out, err = run(capsys, "fill-mask", tiny_export("fill-mask"), "the [MASK] sat",
+                       "--top-k", MAX_TOP_K + 1)
+    assert (rc, out, err) == (2, "", f"bertonnx: error: {message}\n")
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "the [MASK] sat"}\n', encoding="utf-8")
+    rc, out, err = run(capsys, "run", tiny_export("fill-mask"), "--input", src, "--output",
+                       tmp_path / "o.jsonl", "--top-k", MAX_TOP_K + 1)
+    assert (rc, out, err) == (2, "", f"bertonnx: error: {message}\n")
+    # below the bound, top_k past the vocabulary still gives it all
+    assert len(ours("fill-mask")("the [MASK] sat", top_k=MAX_TOP_K)) == len(
+        ours("fill-mask").tokenizer.backend.get_vocab())
+    for limit in (ours(QA), ours(CLS)):
+        with pytest.raises(InputError, match=f"top_k must be an integer from 1 to {MAX_TOP_K}"):
+            limit({"question": "who", "context": "the cat"} if limit is ours(QA) else "the cat",
+                  top_k=MAX_TOP_K + 1)
+
+
+@pytest.mark.parametrize("targets", ["", " , ,"])
+def test_empty_targets_are_refused(capsys, tiny_export, ours, targets):
+    """--targets "" once meant "no targets" (the whole vocabulary) in silence (issue 31)."""
+    from bertonnx.runtime.core.errors import InputError
+
+    rc, out, err = run(capsys, "fill-mask", tiny_export("fill-mask"), "the [MASK] sat",
+                       "--targets", targets)
+    assert (rc, out) == (2, "") and err == (
+        f"bertonnx: error: --targets must name at least one word, got {targets!r} — pass "
+        "comma-separated words, e.g. --targets cat,dog, or leave it out to score the whole "
+        "vocabulary\n")
+    for value in ([], "", "  ", ["cat", ""]):
+        with pytest.raises(InputError) as e:
+            ours("fill-mask")("the [MASK] sat", targets=value)
+        assert str(e.value) == (f"targets must be a word or a non-empty list of words or null, "
+                                f"got {value!r} — pass e.g. targets=[\"word\"]")

@@ -72,6 +72,31 @@ def test_parity_on_a_non_export_is_one_line(tmp_path, tiny_checkpoint, capsys):
     assert rc == 2 and "bertonnx.json" in err and "Traceback" not in err
 
 
+def test_parity_against_another_model_says_what_differs_in_one_line(tiny_export, tiny_checkpoint,
+                                                                    tmp_path, capsys):
+    """A reference of another vocabulary, family or task: one line naming the difference and
+    the export's own source, not an onnxruntime traceback or "outside tolerance" (issue 31)."""
+    from bertonnx.runtime.core.manifest import Manifest
+    from tests.conftest import make_checkpoint
+
+    folder = tiny_export("fill-mask", parity=True)
+    head = (f"bertonnx: error: the reference is not the model {folder} was exported from: ")
+    tail = (" — pass --reference the checkpoint it was made from "
+            f"({Manifest.read(folder).source})")
+    for reference, differs in [
+        (make_checkpoint(tmp_path / "vocab", vocab=300), "vocab_size 300 (the export's 199)"),
+        (make_checkpoint(tmp_path / "roberta", model_type="roberta"),
+         "family 'roberta' (the export's 'bert'); vocab_size "),
+        (tiny_checkpoint("text-classification"),
+         "a checkpoint without the trained fill-mask head the export has"),
+    ]:
+        rc = main(["parity", str(folder), "--reference", str(reference)])
+        err = capsys.readouterr().err
+        line = err.splitlines()[-1]
+        assert rc == 2 and "Traceback" not in err, err
+        assert line.startswith(head + differs) and line.endswith(tail), line
+
+
 def test_parity_holds_for_a_reference_without_head_weights(tmp_path, capsys):
     # A body-only checkpoint gets its fill-mask head drawn at load from a fixed seed, so the
     # export and a later, separate load of the same folder are the same model.
@@ -79,7 +104,8 @@ def test_parity_holds_for_a_reference_without_head_weights(tmp_path, capsys):
     from tests.conftest import make_checkpoint
 
     body_only = make_checkpoint(tmp_path / "body", "feature-extraction")  # no MLM head
-    export_model(body_only, "fill-mask", tmp_path / "out", ExportOptions(parity=False))
+    export_model(body_only, "fill-mask", tmp_path / "out",
+                 ExportOptions(parity=False, allow_untrained_head=True))
     rc = main(["parity", str(tmp_path / "out"), "--reference", str(body_only), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["passed"] and report["max_abs"]["logits"] <= FP32_ATOL

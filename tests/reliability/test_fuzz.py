@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
 from bertonnx.runtime import BertOnnxError, InputError
 
@@ -181,8 +182,6 @@ def test_feature_extraction(ours, items, pooling, normalize):
        sep=st.sampled_from([" ", "", "\u200b"]))
 def test_truncation_prefix_matches_whole_text(ours, parts, sep):
     """Pipeline.encode tokenizes a prefix of long texts; the ids must be the whole text's."""
-    from tokenizers import Tokenizer
-
     pipe = ours("text-classification")
     text = sep.join(parts)
     whole = Tokenizer.from_str(pipe.tokenizer.backend.to_str())

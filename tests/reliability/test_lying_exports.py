@@ -18,6 +18,7 @@ from typing import Callable
 
 import onnx
 import pytest
+from onnx import helper
 
 from bertonnx.runtime import ArtifactError, load
 from bertonnx.runtime.core.contract import MANIFEST_NAME, MODEL_NAME
@@ -63,8 +64,6 @@ def _symbolic_labels(d: Path, exports) -> None:
     """The label axis made data-dependent (a Reshape to (batch, -1) at the end, so neither
     the graph nor onnxruntime's inference knows it), and id2label one short: the load-time
     shape check cannot see it, the first call must."""
-    from onnx import helper
-
     g = onnx.load(str(d / MODEL_NAME))
     out = g.graph.output[0]
     for node in g.graph.node:

@@ -16,7 +16,9 @@ from ..errors import ConfigError, TaskMismatchError
 from ..foreign import check_inputs, warn_unverified
 from ..session import create_session
 from ..tasks import TASK_ALIASES, TASKS, pipeline_class
-from .base import DEFAULT_BATCH_SIZE, ExportFolder, Pipeline, Windows
+from ..untrained import warn_untrained_head
+from .base import DEFAULT_BATCH_SIZE, Pipeline, Windows
+from .folder import ExportFolder
 from .inputs import Inputs, QAInput, TextPair
 
 # task -> pipeline class, as each task's record (runtime/core/tasks.py) names it
@@ -62,5 +64,7 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     if folder.foreign is not None:
         check_inputs(folder.foreign, session.inner.get_inputs())
         warn_unverified(folder.foreign)
-    warn_if_other_cpu(path, manifest.quantization)  # an int8 graph made for another CPU kind
+    # an int8 graph made for another CPU kind; the advice names the checkpoint it came from
+    warn_if_other_cpu(path, manifest.quantization, source=manifest.source, task=manifest.task)
+    warn_untrained_head(path, manifest.untrained_head, manifest.task)  # --allow-untrained-head
     return PIPELINES[manifest.task](folder, session, batch_size=batch_size)

@@ -1,7 +1,7 @@
-"""What every pipeline shares: the export folder, the task's input rules, and the loop.
+"""What every pipeline shares: the task's input rules, and the loop.
 
-A pipeline is built from an `ExportFolder` (manifest verified, config.json, tokenizer) and a
-`Session` (runtime/core/session.py). The base owns the loop every task runs:
+A pipeline is built from an `ExportFolder` (folder.py: manifest verified, config.json,
+tokenizer) and a `Session` (runtime/core/session.py). The base owns the loop every task runs:
 
     read_inputs -> records -> encode (long inputs: windows, each with its owner) ->
     length-sorted micro-batches padded on the RIGHT to the longest member (onnxruntime's
@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Callable, ClassVar, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -29,19 +30,13 @@ from tokenizers import Tokenizer
 
 from ..batches import Batch, micro_batches
 from ..bounds import check_batch_size
-from ..contract import MODEL_NAME
 from ..errors import ArtifactError, InputError
-from ..families import usable_positions
-from ..files import read_json_object
-from ..foreign import ForeignFolder, read_foreign
-from ..manifest import Manifest
 from ..parameters import check
 from ..postprocess import clean_up_tokenization
-from ..schema import CONFIG_RULES, check_values
 from ..session import Session
 from ..tasks import TASKS, Task
 from ..tensors import TaskTensors
-from ..tokenizer import WordPieceTokenizer, load_tokenizer
+from .folder import ExportFolder
 from .inputs import Inputs, read_texts
 
 log = logging.getLogger("bertonnx")
@@ -63,58 +58,6 @@ class Work:
 
     tokens: int
     answers: int = 0
-
-
-@dataclass
-class ExportFolder:
-    """An export folder read and checked: manifest (sha256 verified), config.json, tokenizer;
-    or a folder made elsewhere (runtime/core/foreign.py), which has no manifest to check."""
-
-    path: Path
-    manifest: Manifest
-    config: dict
-    tokenizer: WordPieceTokenizer
-    tokenizer_config: dict
-    model_file: str = MODEL_NAME
-    foreign: ForeignFolder | None = None
-
-    @classmethod
-    def read(cls, path: str | Path, manifest: Manifest | None = None, *,
-             task: str | None = None) -> "ExportFolder":
-        """`task` names the task of a folder made elsewhere when its config.json does not."""
-        path = Path(path)
-        foreign = read_foreign(path, task) if manifest is None else None
-        if foreign is not None:
-            manifest, config = foreign.manifest, foreign.config
-        else:
-            manifest = manifest or Manifest.read(path)
-            config = check_values(_read_json(path / "config.json"), CONFIG_RULES,
-                                  path / "config.json")
-        tokenizer = load_tokenizer(path)  # reads tokenizer_config.json once, for both
-        return cls(path, manifest, config, tokenizer, tokenizer.config,
-                   foreign.model_file if foreign else MODEL_NAME, foreign)
-
-    @property
-    def model_path(self) -> Path:
-        return self.path / self.model_file
-
-    @property
-    def max_length(self) -> int:
-        """Longest sequence the model takes: its usable positions, capped by the tokenizer's."""
-        limits = [usable_positions(self.config), self.tokenizer.model_max_length]
-        limits = [n for n in limits if isinstance(n, int) and n > 0]
-        return min(limits) if limits else 512
-
-    @property
-    def id2label(self) -> dict[int, str]:
-        raw = self.config.get("id2label") or self.manifest.config.get("id2label") or {}
-        return {int(k): str(v) for k, v in raw.items()}
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise ArtifactError(f"{path} is missing from the export", "export the model again")
-    return read_json_object(path, "export the model again")
 
 
 @dataclass
@@ -180,6 +123,16 @@ class Pipeline:
         self._lock = threading.Lock()
         self._cleanup = folder.tokenizer.clean_up_tokenization_spaces  # as transformers decodes
         self._token_types = "token_type_ids" in folder.tokenizer.model_input_names
+        # what a call leaves out: the record's defaults, over them the export's own (recorded
+        # in its manifest; a folder made elsewhere is read as export reads a model folder)
+        own = (folder.manifest.defaults if folder.foreign is None
+               else self.folder_defaults(folder.path))
+        try:
+            check(self.spec.rules, own, self)
+        except InputError as e:
+            raise ArtifactError(f"{folder.path} sets its own default badly: {e.problem}",
+                                "export the model again") from None
+        self.defaults: Mapping = MappingProxyType({**self.spec.complete({}), **own})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.folder.path)!r}, providers={self.session.providers})"
@@ -239,7 +192,18 @@ class Pipeline:
             raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
                             f"{stray[0]!r} (its parameters: {', '.join(self.spec.parameters)})")
         self.check_parameters(**params)
-        return self.predict(self.read_inputs(*args, **kwargs), **self.spec.complete(params))
+        return self.predict(self.read_inputs(*args, **kwargs), **self.complete(params))
+
+    def complete(self, params: Mapping) -> dict:
+        """`params` with every parameter left out at this export's default (`defaults`): the
+        one place a left-out parameter gets its value, whichever entry point called."""
+        return {**self.defaults, **params}
+
+    @classmethod
+    def folder_defaults(cls, path: Path) -> dict:
+        """The defaults a model folder chooses for the task's parameters, which its export
+        records (Manifest.defaults): none here."""
+        return {}
 
     def predict(self, read: Inputs, **params):
         """The answer for read inputs, every parameter given (checked, defaults filled)."""
@@ -254,7 +218,7 @@ class Pipeline:
     def work(self, inputs: Inputs, **params) -> Work:
         """What `self(inputs, **params)` would cost (see `Work`), without running the model;
         raises the InputError that call would raise for a bad input."""
-        return self.estimate(inputs, **self.spec.complete(params))
+        return self.estimate(inputs, **self.complete(params))
 
     def estimate(self, inputs: Inputs, **params) -> Work:
         """`work` with every parameter given. Here: each text's tokens, truncated to the

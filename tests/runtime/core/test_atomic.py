@@ -128,8 +128,8 @@ if point == "block":
         (tmp / "half.txt").write_text("half")
         pause()
 elif point == "triton":  # the model files copied, config.pbtxt not written
-    from bertonnx.runtime.triton import repository
-    repository.config_pbtxt = pause
+    from bertonnx.runtime.triton import pipeline_repository, repository
+    pipeline_repository.pipeline_config = pause  # the default: the Python-backend model
     repository.write_repository(arg, out.parent, repository.TritonOptions(name=out.name))
 elif point == "ray":  # the first file written, the others not
     from bertonnx.runtime.bulk.ray import materialise, ship

@@ -40,15 +40,58 @@ def test_warns_once_per_folder_when_the_graph_was_made_for_another_cpu(tmp_path,
                                                                       monkeypatch):
     monkeypatch.setattr(cpu, "_warned", set())
     q = {"mode": "int8", "target": "avx2", "recipe": "s8-rr"}
+    src = {"source": str(tmp_path), "task": "text-classification"}  # a checkpoint at hand
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
-        assert cpu.warn_if_other_cpu(tmp_path, q, kind="amx")
-        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="amx")  # once
-        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx2")  # made for this kind
-        assert not cpu.warn_if_other_cpu(tmp_path, {"mode": "none"}, kind="amx")  # fp32
+        assert cpu.warn_if_other_cpu(tmp_path, q, kind="amx", **src)
+        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="amx", **src)  # once
+        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx2", **src)  # made for this kind
+        assert not cpu.warn_if_other_cpu(tmp_path, {"mode": "none"}, kind="amx", **src)  # fp32
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "\n" not in lines[0]
     assert "made for avx2 CPUs (recipe s8-rr); this CPU is amx" in lines[0]
-    assert "--target-cpu auto" in lines[0]
+    # the command names the real checkpoint and folder: no placeholder to fill in
+    assert (f"re-export with `bertonnx export {tmp_path} --task text-classification --quantize "
+            f"int8 --target-cpu auto --out {tmp_path} --force`") in lines[0]
+
+
+@pytest.mark.parametrize("source", ["", "/gone/checkpoint", "runs/english-mlm8/checkpoint-1000"])
+def test_no_reexport_advice_without_the_checkpoint(tmp_path, caplog, monkeypatch, source):
+    """An export whose checkpoint is not at hand: a note at INFO, no advice to follow."""
+    monkeypatch.setattr(cpu, "_warned", set())
+    q = {"mode": "int8", "target": "amx", "recipe": "s8"}
+    with caplog.at_level(logging.INFO, logger="bertonnx"):
+        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx2", source=source,
+                                         task="fill-mask")
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert "bertonnx export" not in caplog.text and "re-export" not in caplog.text
+
+
+def test_no_warning_when_this_cpus_fastest_recipe_is_the_graphs(tmp_path, caplog, monkeypatch):
+    """amx and avx512-vnni both try s8 first: re-exporting on the other would change nothing."""
+    monkeypatch.setattr(cpu, "_warned", set())
+    q = {"mode": "int8", "target": "amx", "recipe": "s8"}
+    with caplog.at_level(logging.INFO, logger="bertonnx"):
+        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx512-vnni", source=str(tmp_path),
+                                         task="fill-mask")
+    assert caplog.records == []
+
+
+def test_the_shipped_default_gives_no_advice_on_another_cpu(caplog, monkeypatch):
+    """Its int8 graph was made on an AMX CPU from a checkpoint the user does not have."""
+    from bertonnx.runtime.core import defaults
+
+    made_for = load("default").folder.manifest.quantization["target"]
+    other = next(k for k in cpu.TARGET_KINDS if k != made_for)
+    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(cpu, "this_kind", lambda: other)
+    with caplog.at_level(logging.INFO, logger="bertonnx"):
+        fill = load("default")
+        load("default")
+    assert fill.folder.path == defaults.export_dir()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "bertonnx export" not in caplog.text and "re-export" not in caplog.text
+    notes = [r.getMessage() for r in caplog.records if f"made for {made_for}" in r.getMessage()]
+    assert len(notes) == 1  # the INFO note, once
 
 
 def test_load_warns_for_a_graph_made_for_another_cpu(tiny_checkpoint, tmp_path, caplog,
@@ -63,8 +106,11 @@ def test_load_warns_for_a_graph_made_for_another_cpu(tiny_checkpoint, tmp_path, 
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(out)
         load(out)
-    warned = [r for r in caplog.records if "made for avx2 CPUs" in r.getMessage()]
+    warned = [r.getMessage() for r in caplog.records if "made for avx2 CPUs" in r.getMessage()]
     assert len(warned) == 1
+    src = tiny_checkpoint("text-classification")
+    assert f"`bertonnx export {src} --task text-classification --quantize int8" in warned[0]
+    assert " MODEL " not in warned[0]
     caplog.clear()
     monkeypatch.setattr(cpu, "this_kind", lambda: "avx2")
     monkeypatch.setattr(cpu, "_warned", set())

@@ -52,8 +52,12 @@ def test_default_means_one_thing_per_kind():
     assert defaults.resolve_export("some/dir") == Path("some/dir")
     assert load("default").task == "fill-mask"
     assert load("default", task="fill-mask").folder.path == defaults.export_dir()
-    with pytest.raises(ConfigError, match="bertonnx export default --task question-answering"):
+    # the default checkpoint has no QA head: the fix names a checkpoint trained for the task
+    with pytest.raises(ConfigError, match=r"bertonnx export CHECKPOINT --task question-answering"
+                                          r" --out DIR \(a checkpoint trained for question-"):
         load("default", task="question-answering")
+    with pytest.raises(ConfigError, match="bertonnx export default --task feature-extraction"):
+        load("default", task="feature-extraction")
 
 
 def test_default_checkpoint_is_the_bundled_minilm():

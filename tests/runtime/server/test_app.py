@@ -1,6 +1,7 @@
 """The server app in-process (Starlette's TestClient), for what a subprocess cannot show:
 readiness while the model loads, a 500 that leaks nothing, a load failure, and the metrics
-text format. The pipelines here are stand-ins; real models are in test_server.py."""
+text format. The pipelines here are stand-ins (_helpers.py's EchoPipeline); real models are
+in test_server.py."""
 from __future__ import annotations
 
 import json

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bertonnx.export import ExportOptions, export_model
 from bertonnx.runtime import load
 
 from tests.conftest import TASK_NAMES
@@ -243,8 +244,6 @@ def load_test(export_dir: Path, pipe, *, n: int, clients: int, rounds: int = 2, 
 @pytest.mark.slow
 def test_load_minilm(minilm_dir, tmp_path):
     """The same load test on the real MiniLM encoder (feature-extraction), figures printed."""
-    from bertonnx.export import ExportOptions, export_model  # torch: this test alone needs it
-
     out = tmp_path / "minilm"
     export_model(minilm_dir, "feature-extraction", out, ExportOptions(parity=False))
     figures = load_test(out, load(out), n=80, clients=16)

@@ -1,11 +1,14 @@
 """`bertonnx export-triton`: the model repository's files, its config fields, and the config
-parsed against Triton's own schema.
+parsed against Triton's own schema, for both kinds of model (the Python-backend pipeline model
+and the onnxruntime-backend graph).
 
-Triton cannot run here. The schema check parses config.pbtxt with protobuf's text_format into
-`inference.ModelConfig` from tritonclient's compiled model_config_pb2 (the generated module of
+The schema check parses config.pbtxt with protobuf's text_format into `inference.ModelConfig`
+from tritonclient's compiled model_config_pb2 (the generated module of
 triton-inference-server/common's model_config.proto, which tritonclient ships), then applies
-the rules Triton's model_config_utils checks for a batching model; and it runs the copied
-model.onnx with onnxruntime to prove every output's dims (batch left out) match the config.
+the rules Triton's model_config_utils checks for a batching model; for the graph it runs the
+copied model.onnx with onnxruntime to prove every output's dims (batch left out) match the
+config (this Triton has no onnxruntime backend). The pipeline model runs on a real Triton in
+test_server.py.
 """
 from __future__ import annotations
 
@@ -21,10 +24,15 @@ from click.testing import CliRunner
 from bertonnx.runtime.cli import cli
 from bertonnx.runtime.core.contract import INPUT_NAMES, MODEL_NAME, output_names
 from bertonnx.runtime.core.errors import ArtifactError, InputError
+from bertonnx.runtime.core.manifest import Manifest
+from bertonnx.runtime.core.tensors import HIDDEN
+from bertonnx.runtime.triton.pipeline_repository import model_file, task_tensors
 from bertonnx.runtime.triton.repository import TritonOptions, write_repository
+from bertonnx.runtime.triton.stub import EXPORT
 
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
          "feature-extraction")
+ORT = "onnxruntime"
 LABELS = 3  # the "classify" export's labels; fixed output dims are checked against it
 NER_LABELS = 5  # the "ner" export's BIO tags
 
@@ -61,7 +69,7 @@ def triton_rules(pb2, cfg) -> list[str]:
     problems = []
     if not cfg.name:
         problems.append("no name")
-    if cfg.backend != "onnxruntime" and cfg.platform != "onnxruntime_onnx":
+    if cfg.backend not in ("onnxruntime", "python") and cfg.platform != "onnxruntime_onnx":
         problems.append(f"backend {cfg.backend!r} / platform {cfg.platform!r}")
     if cfg.max_batch_size <= 0 and cfg.HasField("dynamic_batching"):
         problems.append("dynamic batching needs max_batch_size > 0")
@@ -88,7 +96,7 @@ def triton_rules(pb2, cfg) -> list[str]:
 def test_repository_files_and_config_fields(tiny_export, pb2, tmp_path, task):
     repo = tmp_path / "repo"
     target = write_repository(tiny_export(task), repo, TritonOptions(
-        name=f"bert-{task}", max_batch_size=16, instances=2, max_wait_ms=2.5))
+        name=f"bert-{task}", max_batch_size=16, instances=2, max_wait_ms=2.5, backend=ORT))
     assert target == repo / f"bert-{task}"
     data = MODEL_NAME + ".data"  # the weights beside the graph, as export writes them
     assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == \
@@ -129,7 +137,7 @@ def _vocab_size(export: Path) -> int:
 @pytest.mark.parametrize("task", TASKS)
 def test_config_dims_match_what_the_model_returns(tiny_export, pb2, tmp_path, task):
     """Run the repository's model.onnx at batch 3 × sequence 7: every output is [3, *dims]."""
-    target = write_repository(tiny_export(task), tmp_path / "repo")
+    target = write_repository(tiny_export(task), tmp_path / "repo", TritonOptions(backend=ORT))
     cfg = parse_config(pb2, (target / "config.pbtxt").read_text())
     session = ort.InferenceSession(str(target / "1" / MODEL_NAME))
     B, T = 3, 7
@@ -147,8 +155,8 @@ def test_schema_check_can_fail(tiny_export, pb2, tmp_path):
     """The parse rejects what Triton would: an unknown field, an unknown type enum."""
     from google.protobuf import text_format
 
-    text = (write_repository(tiny_export("text-classification"), tmp_path / "r") / "config.pbtxt"
-            ).read_text()
+    text = (write_repository(tiny_export("text-classification"), tmp_path / "r",
+                             TritonOptions(backend=ORT)) / "config.pbtxt").read_text()
     with pytest.raises(text_format.ParseError):
         parse_config(pb2, text.replace("TYPE_INT64", "TYPE_INT65", 1))
     with pytest.raises(text_format.ParseError):
@@ -163,7 +171,7 @@ def test_existing_target_needs_force(tiny_export, tmp_path):
     with pytest.raises(InputError, match="already exists"):
         write_repository(tiny_export("fill-mask"), repo, TritonOptions(name="m"))
     write_repository(tiny_export("question-answering"), repo, TritonOptions(name="m", force=True))
-    assert "start_logits" in (repo / "m" / "config.pbtxt").read_text()
+    assert '"context"' in (repo / "m" / "config.pbtxt").read_text()
     assert sorted(p.name for p in repo.iterdir()) == ["m"]
 
 
@@ -171,6 +179,7 @@ def test_existing_target_needs_force(tiny_export, tmp_path):
     (TritonOptions(name="has space"), "not a valid Triton model name"),
     (TritonOptions(max_batch_size=0), "max batch size"),
     (TritonOptions(instances=0), "instances"),
+    (TritonOptions(backend="tensorrt"), "unknown Triton backend"),
 ])
 def test_bad_options_are_input_errors(tiny_export, tmp_path, opts, message):
     with pytest.raises(InputError, match=message):
@@ -193,6 +202,16 @@ def test_cli(tiny_export, tmp_path):
     assert res.output.strip() == str(repo / "ner")
     text = (repo / "ner" / "config.pbtxt").read_text()
     assert "max_batch_size: 4" in text and "count: 3" in text and "KIND_GPU" in text
+    assert 'backend: "python"' in text and 'string_value: "cuda,cpu"' in text
+    res = runner.invoke(cli, ["export-triton", str(tiny_export("token-classification")),
+                              "--repository", str(repo), "--name", "ner-graph", "--backend",
+                              "onnxruntime"])
+    assert res.exit_code == 0, res.output
+    assert (repo / "ner-graph" / "1" / MODEL_NAME).is_file()
+    res = runner.invoke(cli, ["export-triton", str(tiny_export("token-classification")),
+                              "--repository", str(repo), "--backend", "onnxruntime",
+                              "--threads", "2"])
+    assert res.exit_code == 2 and "--threads needs --backend python" in res.output
 
 
 def test_cli_error_is_one_line(tmp_path, capsys):
@@ -204,67 +223,44 @@ def test_cli_error_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and err.startswith("bertonnx: error:") and "Traceback" not in err
 
 
-def _readme_client_block() -> str:
-    page = Path(__file__).resolve().parents[3] / "docs" / "triton.md"
-    readme = page.read_text(encoding="utf-8")
-    after = readme.split("A client tokenizes", 1)[1]
-    return after.split("```python\n", 1)[1].split("```", 1)[0]
+# -- the pipeline model (Python backend) --------------------------------------------------------
+
+@pytest.mark.parametrize("task", TASKS)
+def test_pipeline_model_files_and_config(tiny_export, pb2, tmp_path, task):
+    """REPO/NAME holds config.pbtxt, the package's own model.py and a verified copy of the
+    export; the config declares the pipeline's /v2 tensors ([N] as dims [1] reshaped to [])."""
+    repo = tmp_path / "repo"
+    target = write_repository(tiny_export(task), repo, TritonOptions(
+        name="m", max_batch_size=8, instances=2, max_wait_ms=1.5, threads=1))
+    assert (target / "1" / "model.py").read_text() == model_file()
+    assert "class TritonPythonModel" in model_file()
+    copied = target / "1" / EXPORT
+    assert not copied.is_symlink()
+    assert Manifest.read(copied, verify=True).task == task   # every file, sha256-checked
+    assert not [p for p in repo.iterdir() if p.name.startswith(".")], "temp folder left behind"
+
+    cfg = parse_config(pb2, (target / "config.pbtxt").read_text())
+    assert triton_rules(pb2, cfg) == []
+    assert (cfg.backend, cfg.max_batch_size) == ("python", 8)
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 1500
+    assert [(g.count, g.kind) for g in cfg.instance_group] == [(2, pb2.ModelInstanceGroup.KIND_CPU)]
+    assert cfg.parameters["threads"].string_value == "1"
+    spec = task_tensors(task)
+    types = {"BYTES": pb2.TYPE_STRING, "FP32": pb2.TYPE_FP32, "INT64": pb2.TYPE_INT64}
+    for declared, got in ((spec.inputs, cfg.input), (spec.outputs, cfg.output)):
+        assert [t.name for t in got] == [t.name for t in declared]
+        for t, io in zip(declared, got):
+            assert io.data_type == types[t.datatype]
+            want = [32 if d == HIDDEN else d for d in t.shape[1:]]   # the tiny hidden size
+            if want:
+                assert list(io.dims) == want and not io.HasField("reshape")
+            else:
+                assert list(io.dims) == [1] and list(io.reshape.shape) == []
+    assert [i.optional for i in cfg.input] == [t.optional for t in spec.inputs]
 
 
-def test_readme_client_example_runs_and_matches_the_pipeline(tiny_export, tmp_path, monkeypatch,
-                                                             capsys):
-    """Run docs/triton.md's Triton client code with tritonclient.http swapped for onnxruntime on
-    the repository's model.onnx: its printed answer equals the pipeline's."""
-    import ast
-    import runpy
-    import sys
-    import types
-
-    from bertonnx.runtime import load
-
-    export = tiny_export("text-classification")
-    repo = tmp_path / "models"
-    write_repository(export, repo, TritonOptions(name="sentiment"))
-
-    class InferInput:
-        def __init__(self, name, shape, datatype):
-            assert datatype == "INT64"
-            self.name, self.shape = name, list(shape)
-
-        def set_data_from_numpy(self, array):
-            assert list(array.shape) == self.shape and array.dtype == np.int64
-            self.array = array
-
-    class Client:
-        def __init__(self, url):
-            self.session = None
-
-        def _session(self, model):
-            return ort.InferenceSession(str(repo / model / "1" / MODEL_NAME))
-
-        def get_model_metadata(self, model):
-            return {"inputs": [{"name": i.name} for i in self._session(model).get_inputs()]}
-
-        def infer(self, model, inputs, outputs):
-            session = self._session(model)
-            assert {i.name for i in inputs} == {i.name for i in session.get_inputs()}
-            names = [o.name for o in outputs]
-            values = session.run(names, {i.name: i.array for i in inputs})
-            return types.SimpleNamespace(as_numpy=dict(zip(names, values)).__getitem__)
-
-    fake = types.ModuleType("tritonclient.http")
-    fake.InferInput, fake.InferenceServerClient = InferInput, Client
-    fake.InferRequestedOutput = lambda name: types.SimpleNamespace(name=name)
-    import tritonclient
-
-    monkeypatch.setitem(sys.modules, "tritonclient.http", fake)
-    monkeypatch.setattr(tritonclient, "http", fake, raising=False)
-
-    script = tmp_path / "client.py"
-    script.write_text(_readme_client_block().replace("artifacts/sentiment", str(export)))
-    runpy.run_path(str(script), run_name="__main__")
-    printed = ast.literal_eval(capsys.readouterr().out.strip())
-    want = load(export)(["what a great film", "the service was awful"])
-    assert [p["label"] for p in printed] == [w["label"] for w in want]
-    np.testing.assert_allclose([p["score"] for p in printed], [w["score"] for w in want],
-                               rtol=0, atol=1e-5)
+def test_pipeline_model_can_link_the_export(tiny_export, tmp_path):
+    target = write_repository(tiny_export("fill-mask"), tmp_path / "repo",
+                              TritonOptions(link=True))
+    link = target / "1" / EXPORT
+    assert link.is_symlink() and link.resolve() == tiny_export("fill-mask").resolve()

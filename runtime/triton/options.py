@@ -1,0 +1,20 @@
+"""The options of a Triton model repository entry, shared by both kinds of model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = {"cpu": "KIND_CPU", "gpu": "KIND_GPU"}   # instance_group kind
+BACKENDS = ("python", "onnxruntime")              # the pipeline model, or the graph alone
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    name: str | None = None          # model name in the repository; default: the folder's name
+    max_batch_size: int = 32
+    instances: int = 1               # instance_group count: copies of the model per device
+    kind: str = "cpu"                # cpu | gpu
+    max_wait_ms: float = 5.0         # dynamic_batching max_queue_delay_microseconds / 1000
+    force: bool = False              # replace an existing REPO/NAME
+    backend: str = "python"          # BACKENDS: the pipeline model, or the graph alone
+    threads: int | None = None       # python: onnxruntime threads per instance (its default)
+    link: bool = False               # python: link the export instead of copying it
