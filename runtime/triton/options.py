@@ -18,3 +18,15 @@ class TritonOptions:
     backend: str = "python"          # BACKENDS: the pipeline model, or the graph alone
     threads: int | None = None       # python: onnxruntime threads per instance (its default)
     link: bool = False               # python: link the export instead of copying it
+
+    def scheduling(self) -> str:
+        """config.pbtxt's dynamic batching and instance group, the same for both kinds."""
+        return ("dynamic_batching {\n"
+                f"  max_queue_delay_microseconds: {int(round(self.max_wait_ms * 1000))}\n"
+                "}\n"
+                "instance_group [\n"
+                "  {\n"
+                f"    count: {self.instances}\n"
+                f"    kind: {KINDS[self.kind]}\n"
+                "  }\n"
+                "]\n")

@@ -30,7 +30,6 @@ from ..core.contract import MANIFEST_NAME
 from ..core.manifest import Manifest
 from ..core.tasks import pipeline_class
 from ..core.tensors import HIDDEN, TaskTensors, Tensor, hidden_size
-from .options import KINDS
 from .stub import EXPORT
 
 TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32", "INT64": "TYPE_INT64"}
@@ -73,15 +72,7 @@ def pipeline_config(name: str, spec: TaskTensors, hidden: int | None, opts) -> s
         f"max_batch_size: {opts.max_batch_size}\n"
         + _block("input", spec.inputs, hidden)
         + _block("output", spec.outputs, hidden)
-        + "dynamic_batching {\n"
-        f"  max_queue_delay_microseconds: {int(round(opts.max_wait_ms * 1000))}\n"
-        "}\n"
-        "instance_group [\n"
-        "  {\n"
-        f"    count: {opts.instances}\n"
-        f"    kind: {KINDS[opts.kind]}\n"
-        "  }\n"
-        "]\n"
+        + opts.scheduling()
         + parameters
     )
 

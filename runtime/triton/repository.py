@@ -135,22 +135,13 @@ def _tensor_block(field: str, tensors: list[Tensor]) -> str:
 def config_pbtxt(name: str, inputs: list[Tensor], outputs: list[Tensor],
                  opts: TritonOptions) -> str:
     """The model's config.pbtxt (protobuf text format of inference.ModelConfig)."""
-    delay_us = int(round(opts.max_wait_ms * 1000))
     return (
         f'name: "{name}"\n'
         'backend: "onnxruntime"\n'
         f"max_batch_size: {opts.max_batch_size}\n"
         + _tensor_block("input", inputs)
         + _tensor_block("output", outputs)
-        + "dynamic_batching {\n"
-        f"  max_queue_delay_microseconds: {delay_us}\n"
-        "}\n"
-        "instance_group [\n"
-        "  {\n"
-        f"    count: {opts.instances}\n"
-        f"    kind: {KINDS[opts.kind]}\n"
-        "  }\n"
-        "]\n"
+        + opts.scheduling()
     )
 
 
