@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 
 from . import defaults
+from .once import first_time
 
 # Each kind's int8 recipes, fastest first (export/int8/evidence.toml): export's TARGETS table
 # (export/int8/recipes.py) is built from it, and the runtime reads it to tell whether a re-export
@@ -33,7 +34,6 @@ TARGET_KINDS = tuple(RECIPE_ORDER)
 CPUINFO = Path("/proc/cpuinfo")
 
 log = logging.getLogger("bertonnx")
-_warned: set = set()  # (folder, target) pairs already warned about in this process
 
 
 def cpuinfo_field(*keys: str, path: Path | None = None) -> str | None:
@@ -84,10 +84,8 @@ def warn_if_other_cpu(folder: Path, quantization: dict, kind: str | None = None,
         return False
     if quantization.get("recipe") == RECIPE_ORDER.get(here, (None,))[0]:
         return False  # a re-export here would build the same recipe: nothing to gain
-    key = (Path(folder).resolve(), target)
-    if key in _warned:
+    if not first_time("other-cpu", Path(folder).resolve(), target):
         return False
-    _warned.add(key)
     made = (f"{folder} holds an int8 graph made for {target} CPUs (recipe "
             f"{quantization.get('recipe', '?')}); this CPU is {here}")
     if not _can_reexport(folder, source):

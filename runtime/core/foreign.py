@@ -22,6 +22,7 @@ from .contract import INPUT_DTYPE, INPUT_NAMES, MANIFEST_NAME, task_of_architect
 from .errors import ArtifactError, ConfigError
 from .files import read_json_object
 from .manifest import Manifest
+from .once import first_time
 from .schema import CONFIG_RULES, check_values
 
 log = logging.getLogger("bertonnx")
@@ -105,14 +106,9 @@ def check_inputs(folder: ForeignFolder, inputs) -> None:
                             "export the model with int64 inputs")
 
 
-_warned: set[Path] = set()
-
-
 def warn_unverified(folder: ForeignFolder) -> None:
     """Say once per folder and process that no parity report vouches for the graph."""
-    key = folder.path.resolve()
-    if key not in _warned:
-        _warned.add(key)
+    if first_time("unverified", folder.path.resolve()):
         log.warning("%s was made elsewhere (%s layout, %s): no parity report vouches for it; "
                     "`bertonnx adopt %s --out DIR --reference MODEL` makes a verified export",
                     folder.path, folder.layout, folder.model_file, folder.path)

@@ -18,9 +18,9 @@ import logging
 from pathlib import Path
 
 from .errors import UntrainedHeadError
+from .once import first_time
 
 log = logging.getLogger("bertonnx")
-_warned: set[Path] = set()  # export folders already warned about in this process
 
 
 def _names(names: list[str], most: int = 4) -> str:
@@ -54,10 +54,8 @@ def warn_untrained_head(folder: Path, record: dict, task: str) -> bool:
     warned."""
     if not record:
         return False
-    key = Path(folder).resolve()
-    if key in _warned:
+    if not first_time("untrained-head", Path(folder).resolve()):
         return False
-    _warned.add(key)
     log.warning("%s was exported with --allow-untrained-head: %s; its answers mean nothing "
                 "until the head is fine-tuned", folder, describe(record, task))
     return True

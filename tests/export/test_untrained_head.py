@@ -12,7 +12,7 @@ from bertonnx.build import load_checkpoint
 from bertonnx.export import ExportOptions, export_model
 from bertonnx.runtime import load
 from bertonnx.runtime.cli import main
-from bertonnx.runtime.core import untrained
+from bertonnx.runtime.core import once
 from bertonnx.runtime.core.errors import UntrainedHeadError
 from bertonnx.runtime.core.manifest import Manifest
 
@@ -51,7 +51,7 @@ def test_allowed_untrained_head_is_recorded_and_warned_once_at_load_and_serve(
     assert [w for w in _warnings(caplog) if w.startswith("exporting with")]  # export says so
     assert Manifest.read(out).untrained_head == {"initialised": QA_HEAD}
     caplog.clear()
-    monkeypatch.setattr(untrained, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(out)
         load(out)
@@ -64,7 +64,7 @@ def test_allowed_untrained_head_is_recorded_and_warned_once_at_load_and_serve(
     from tests.runtime.server._helpers import TestClient, wait_ready
     from bertonnx.runtime.server import create_app
 
-    monkeypatch.setattr(untrained, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         with TestClient(create_app(out)) as client:
@@ -90,7 +90,7 @@ def test_sequence_classifier_exported_for_tokens_is_refused_then_recorded(
         "trained_for": "text-classification",
         "other_task": ["classifier.bias", "classifier.weight"]}
     caplog.clear()
-    monkeypatch.setattr(untrained, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(out)
     assert len(_warnings(caplog)) == 1
@@ -99,7 +99,7 @@ def test_sequence_classifier_exported_for_tokens_is_refused_then_recorded(
 def test_a_trained_head_records_nothing_and_warns_nothing(tiny_export, caplog, monkeypatch):
     folder = tiny_export("question-answering")
     assert Manifest.read(folder).untrained_head == {}
-    monkeypatch.setattr(untrained, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(folder)
     assert not _warnings(caplog, "untrained") and not _warnings(caplog)

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from bertonnx.runtime import load
-from bertonnx.runtime.core import cpu
+from bertonnx.runtime.core import cpu, once
 
 AVX2 = {"sse2", "avx", "avx2", "fma"}
 AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl"}
@@ -38,7 +38,7 @@ def test_flags_are_the_first_cpus(tmp_path):
 
 def test_warns_once_per_folder_when_the_graph_was_made_for_another_cpu(tmp_path, caplog,
                                                                       monkeypatch):
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     q = {"mode": "int8", "target": "avx2", "recipe": "s8-rr"}
     src = {"source": str(tmp_path), "task": "text-classification"}  # a checkpoint at hand
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
@@ -57,7 +57,7 @@ def test_warns_once_per_folder_when_the_graph_was_made_for_another_cpu(tmp_path,
 @pytest.mark.parametrize("source", ["", "/gone/checkpoint", "runs/english-mlm8/checkpoint-1000"])
 def test_no_reexport_advice_without_the_checkpoint(tmp_path, caplog, monkeypatch, source):
     """An export whose checkpoint is not at hand: a note at INFO, no advice to follow."""
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     q = {"mode": "int8", "target": "amx", "recipe": "s8"}
     with caplog.at_level(logging.INFO, logger="bertonnx"):
         assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx2", source=source,
@@ -68,7 +68,7 @@ def test_no_reexport_advice_without_the_checkpoint(tmp_path, caplog, monkeypatch
 
 def test_no_warning_when_this_cpus_fastest_recipe_is_the_graphs(tmp_path, caplog, monkeypatch):
     """amx and avx512-vnni both try s8 first: re-exporting on the other would change nothing."""
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     q = {"mode": "int8", "target": "amx", "recipe": "s8"}
     with caplog.at_level(logging.INFO, logger="bertonnx"):
         assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx512-vnni", source=str(tmp_path),
@@ -82,7 +82,7 @@ def test_the_shipped_default_gives_no_advice_on_another_cpu(caplog, monkeypatch)
 
     made_for = load("default").folder.manifest.quantization["target"]
     other = next(k for k in cpu.TARGET_KINDS if k != made_for)
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     monkeypatch.setattr(cpu, "this_kind", lambda: other)
     with caplog.at_level(logging.INFO, logger="bertonnx"):
         fill = load("default")
@@ -101,7 +101,7 @@ def test_load_warns_for_a_graph_made_for_another_cpu(tiny_checkpoint, tmp_path, 
     out = tmp_path / "int8-avx2"
     export_model(tiny_checkpoint("text-classification"), "text-classification", out,
                  ExportOptions(quantize="int8", target_cpu="avx2", parity=False))
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     monkeypatch.setattr(cpu, "this_kind", lambda: "amx")
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(out)
@@ -113,7 +113,7 @@ def test_load_warns_for_a_graph_made_for_another_cpu(tiny_checkpoint, tmp_path, 
     assert " MODEL " not in warned[0]
     caplog.clear()
     monkeypatch.setattr(cpu, "this_kind", lambda: "avx2")
-    monkeypatch.setattr(cpu, "_warned", set())
+    monkeypatch.setattr(once, "_given", set())
     with caplog.at_level(logging.WARNING, logger="bertonnx"):
         load(out)
     assert not [r for r in caplog.records if "made for" in r.getMessage()]
