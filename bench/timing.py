@@ -21,19 +21,27 @@ def stats(times: list[float]) -> dict:
 
 
 def round_robin(fns: dict[str, Callable[[], object]], repeats: int, warmup: int, *,
-                clock: Callable[[], float] = time.perf_counter, settle: float = SETTLE_S
+                clock: Callable[[], float] = time.perf_counter, settle: float = SETTLE_S,
+                rotate: bool = False, before_round: Callable[[int], None] | None = None
                 ) -> dict[str, list[float]]:
     """Seconds (of `clock`) per call of each fn, interleaved so background load hits all alike.
 
     Engines bring their own thread pools (onnxruntime's, torch's OpenMP) which spin a while
     after each call; a short pause (`settle`) before each timed call keeps one from eating the
-    next's cores on a small machine."""
+    next's cores on a small machine. `rotate`: round r starts at the r-th fn (A B C, B C A,
+    ...), so no engine always runs right after the same neighbour or first in a round;
+    `before_round(r)` is called before each timed round (to record the load average)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+    names = list(fns)
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for r in range(repeats):
+        if before_round is not None:
+            before_round(r)
+        k = r % len(names) if rotate and names else 0
+        for name in names[k:] + names[:k]:
+            fn = fns[name]
             if settle:
                 time.sleep(settle)
             t0 = clock()

@@ -21,13 +21,14 @@ import huggingface_hub
 import torch
 from safetensors.torch import load_file
 
-from bertonnx.runtime.core import defaults
+from bertonnx.runtime.core import cross_encoder, defaults, sentence_transformers, sparse_encoder
 from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architectures
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
 from bertonnx.runtime.core.files import read_json_object
 
 from .config import BertConfig
+from .heads import TASKS as TASK_SPECS
 from .heads import Bert, task_spec
 from .keys import key_table
 from .save import TOKENIZER_FILES, hf_state_dict, save_pretrained, write_config
@@ -63,9 +64,12 @@ def resolve(path_or_hub_id: str | Path) -> Path:
         patterns = ["config.json", "*.safetensors", "*.safetensors.index.json",
                     "pytorch_model.bin", "pytorch_model*.bin", "pytorch_model.bin.index.json",
                     *TOKENIZER_FILES,
-                    # a sentence-transformers model's own pooling and normalize (export
-                    # records them: FeatureExtractionPipeline.folder_defaults)
-                    "modules.json", "*Pooling/config.json"]
+                    # a sentence-transformers model's modules after the encoder (export
+                    # carries them: runtime/core/sentence_transformers.py)
+                    "modules.json", "*Pooling/config.json", "sentence_*config.json",
+                    "*Dense/config.json", "*Dense/model.safetensors", "*Dense/pytorch_model.bin",
+                    # a CrossEncoder's activation (runtime/core/cross_encoder.py)
+                    "config_sentence_transformers.json"]
         return Path(huggingface_hub.snapshot_download(name, allow_patterns=patterns))
     except Exception as e:  # offline, unknown repo, gated: all one message for the user
         raise ArtifactError(
@@ -85,6 +89,9 @@ def infer_task(path_or_hub_id: str | Path) -> str:
         family(hf.get("model_type", DEFAULT_MODEL_TYPE))
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
+    embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
+    if embedder is not None:
+        return embedder
     arches = hf.get("architectures") or []
     tasks = {ARCHITECTURE_TASKS[a] for a in arches if a in ARCHITECTURE_TASKS}
     if len(tasks) != 1:
@@ -92,7 +99,11 @@ def infer_task(path_or_hub_id: str | Path) -> str:
         raise ConfigError(f"cannot tell the task of {path_or_hub_id}: its config.json {said}",
                           "pass --task (fill-mask, text-classification, token-classification, "
                           "question-answering or feature-extraction)")
-    return tasks.pop()
+    # a sentence-transformers CrossEncoder folder (a sequence classifier) ranks: one label
+    task = cross_encoder.folder_task(folder) or tasks.pop()
+    if sparse_encoder.is_splade_folder(folder):  # a SparseEncoder: its MLM logits pooled
+        task = "sparse-embedding"
+    return task
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
@@ -142,7 +153,7 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
 def convert_state_dict(hf_state: dict[str, torch.Tensor], model: Bert) -> tuple[dict, list, list]:
     """HF names -> ours. Returns (ours, unused-by-this-task HF keys, unknown HF keys)."""
     wanted = model.state_dict()
-    keys = key_table(model.config.model_type)
+    keys = key_table(model.config.model_type, legacy=model.config.legacy)
     ours, unused, unknown = {}, [], []
     for key, tensor in hf_state.items():
         try:
@@ -177,7 +188,8 @@ class LoadedCheckpoint:
     def untrained_head(self) -> dict:
         """The manifest's `untrained_head` record (runtime/core/untrained.py), in HF names:
         {} when the checkpoint trained this head for the model's task."""
-        to_hf = key_table(self.model.config.model_type).to_hf
+        c = self.model.config
+        to_hf = key_table(c.model_type, legacy=c.legacy).to_hf
         state = self.model.state_dict()
 
         def as_loaded(names):  # a head trained since (any of its weights moved) is trained
@@ -210,9 +222,11 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
     only in the record, for a caller that reports them itself); any other missing key, any key
     the table does not know and any shape mismatch is an error naming them.
     """
-    task_spec(task)  # an unknown task is refused before any file is read
+    spec = task_spec(task)  # an unknown task is refused before any file is read
     folder = resolve(path_or_hub_id)
     config = BertConfig.from_hf(folder)
+    # what the folder chooses about the head beyond config.json (a SparseEncoder's pooling)
+    head_options = spec.folder_options(folder) if spec.folder_options else {}
     if id2label is not None:
         config = config.replace(id2label=id2label)
     elif num_labels is not None and num_labels != config.num_labels:
@@ -221,10 +235,10 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
     # two loads of the same folder are the same model, so `bertonnx parity --reference` holds.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = Bert(config, task)
+        model = Bert(config, task, **head_options)
     ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
     row = config.family
-    ours_to_hf = key_table(config.model_type).to_hf
+    ours_to_hf = key_table(config.model_type, legacy=config.legacy).to_hf
     if unknown:
         raise ArtifactError(
             f"{folder} has weights that are not {row.name}'s: "
@@ -257,7 +271,11 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
     trained_for = task_of_architectures(read_json_object(folder / "config.json", "restore the "
                                                          "file").get("architectures"))
     other_task = ()
-    if trained_for not in (None, task) and {trained_for, task} != {"fill-mask", "pretraining"}:
+    # tasks on one transformers class share its trained head (a ForMaskedLM's MLM head is
+    # fill-mask's and sparse-embedding's)
+    same_class = trained_for in TASK_SPECS and TASK_SPECS[trained_for].hf_suffix == spec.hf_suffix
+    if trained_for not in (None, task) and not same_class \
+            and {trained_for, task} != {"fill-mask", "pretraining"}:
         # a head of the same shape and names, trained for another task (pretraining's MLM
         # head is fill-mask's own)
         other_task = tuple(sorted(k for k in ours if k.startswith("head.")))

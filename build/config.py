@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
@@ -18,6 +19,9 @@ from bertonnx.runtime.core.files import read_json_object
 
 ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "swish")
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+# A field only some families have (their row's `own_fields`): the others neither read it from
+# config.json nor write it there, and keep it at its default.
+FAMILY_ONLY = MappingProxyType({"family_only": True})
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,33 @@ class BertConfig:
     embedding_size: int | None = None  # ALBERT, ELECTRA: narrower embeddings, projected
     num_hidden_groups: int = 1  # ALBERT: distinct layer groups shared across the depth
     inner_group_num: int = 1    # ALBERT: layers in each group
+    # MPNet: rows of the relative-position bias table
+    relative_attention_num_buckets: int = field(default=32, metadata=FAMILY_ONLY)
+    # DeBERTa-v2/v3 (build/deberta.py): disentangled attention over bucketed relative positions
+    relative_attention: bool = field(default=False, metadata=FAMILY_ONLY)
+    max_relative_positions: int = field(default=-1, metadata=FAMILY_ONLY)  # < 1: the table's
+    position_buckets: int = field(default=-1, metadata=FAMILY_ONLY)  # < 1: no log buckets
+    pos_att_type: tuple[str, ...] = field(default=(), metadata=FAMILY_ONLY)  # "c2p", "p2c"
+    share_att_key: bool = field(default=False, metadata=FAMILY_ONLY)  # q/k project positions
+    norm_rel_ebd: str = field(default="none", metadata=FAMILY_ONLY)  # "layer_norm": v3's
+    position_biased_input: bool = field(default=True, metadata=FAMILY_ONLY)  # absolute positions
+    pooler_hidden_act: str = field(default="tanh", metadata=FAMILY_ONLY)  # BERT's pooler: tanh
+    legacy: bool = field(default=False, metadata=FAMILY_ONLY)  # MLM head as cls.predictions.*
+    # ModernBERT (build/modernbert.py): rotary bases, a global layer every n (the others attend
+    # within +-local_attention // 2), its heads' pooling and activation
+    global_rope_theta: float = field(default=160000.0, metadata=FAMILY_ONLY)
+    local_rope_theta: float = field(default=10000.0, metadata=FAMILY_ONLY)
+    global_attn_every_n_layers: int = field(default=3, metadata=FAMILY_ONLY)
+    local_attention: int = field(default=128, metadata=FAMILY_ONLY)
+    classifier_pooling: str = field(default="cls", metadata=FAMILY_ONLY)  # "cls" | "mean"
+    classifier_activation: str = field(default="gelu", metadata=FAMILY_ONLY)
+    # Which layers carry a bias: all of them but in ModernBERT, whose config turns them off
+    # (its row's defaults)
+    attention_bias: bool = field(default=True, metadata=FAMILY_ONLY)
+    mlp_bias: bool = field(default=True, metadata=FAMILY_ONLY)
+    norm_bias: bool = field(default=True, metadata=FAMILY_ONLY)
+    classifier_bias: bool = field(default=True, metadata=FAMILY_ONLY)
+    decoder_bias: bool = field(default=True, metadata=FAMILY_ONLY)
     classifier_dropout: float | None = None
     problem_type: str | None = None
     # id2label keys are ints here; HF writes them as strings in JSON.
@@ -52,6 +83,10 @@ class BertConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r} does not fit model_type "
                                   f"{self.model_type!r}",
                                   f"{self.model_type} has {name}={value!r}")
+        for f in _foreign_fields(family):
+            if getattr(self, f.name) != f.default:
+                raise ConfigError(f"{f.name}={getattr(self, f.name)!r} does not fit model_type "
+                                  f"{self.model_type!r}", f"{self.model_type} has no {f.name}")
         if not 1 <= self.num_hidden_groups <= self.num_hidden_layers or self.inner_group_num < 1:
             raise ConfigError(f"num_hidden_groups {self.num_hidden_groups} / inner_group_num "
                               f"{self.inner_group_num} do not fit {self.num_hidden_layers} layers",
@@ -67,6 +102,23 @@ class BertConfig:
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"unsupported hidden_act {self.hidden_act!r}",
                               f"use one of {', '.join(ACTIVATIONS)}")
+        if self.classifier_activation not in ACTIVATIONS:
+            raise ConfigError(f"unsupported classifier_activation {self.classifier_activation!r}",
+                              f"use one of {', '.join(ACTIVATIONS)}")
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ConfigError(f"unknown classifier_pooling {self.classifier_pooling!r}",
+                              "use cls or mean")
+        if self.global_attn_every_n_layers < 1 or self.local_attention < 0:
+            raise ConfigError(f"global_attn_every_n_layers {self.global_attn_every_n_layers} / "
+                              f"local_attention {self.local_attention} are out of range",
+                              "use global_attn_every_n_layers >= 1 and local_attention >= 0")
+        if self.pooler_hidden_act not in (*ACTIVATIONS, "tanh"):
+            raise ConfigError(f"unsupported pooler_hidden_act {self.pooler_hidden_act!r}",
+                              f"use one of {', '.join(ACTIVATIONS)}, tanh")
+        # DeBERTa: transformers takes "p2c|c2p" as well as a list (or null)
+        att = self.pos_att_type
+        object.__setattr__(self, "pos_att_type", tuple(
+            t.strip() for t in (att.lower().split("|") if isinstance(att, str) else att or ())))
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"unknown problem_type {self.problem_type!r}",
                               f"use one of {', '.join(PROBLEM_TYPES)}")
@@ -157,25 +209,59 @@ class BertConfig:
         if pos != "absolute":
             raise ConfigError(f"position_embedding_type {pos!r} is not supported",
                               "only 'absolute' position embeddings are implemented")
-        names = {f.name for f in dataclasses.fields(cls) if f.init} - set(family.fixed)
+        names = {f.name for f in dataclasses.fields(cls) if f.init} - set(family.fixed) - {
+            f.name for f in _foreign_fields(family)}
         read = {family.config_names.get(k, k): v for k, v in source.items()}
         kwargs = {**family.defaults, **{k: v for k, v in read.items() if k in names},
                   **family.fixed, "model_type": model_type}
         if "id2label" not in source and "num_labels" in source:
             kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(source["num_labels"]))}
-        return cls(**kwargs)
+        config = cls(**kwargs)
+        _refuse_unimplemented(source, config)
+        return config
 
     def to_hf(self) -> dict:
         family = self.family
         hf_name = {ours: hf for hf, ours in family.config_names.items()}
+        skip = set(family.fixed) | {f.name for f in _foreign_fields(family)}
         d = {hf_name.get(f.name, f.name): getattr(self, f.name)
-             for f in dataclasses.fields(self) if f.init and f.name not in family.fixed}
-        if "classifier_dropout" in hf_name:  # DistilBERT's and ALBERT's heads need a number
-            d[hf_name["classifier_dropout"]] = self.classifier_dropout_p
+             for f in dataclasses.fields(self) if f.init and f.name not in skip}
+        # DistilBERT's, ALBERT's and ModernBERT's heads need a number (transformers' default is
+        # one), the others read None as hidden_dropout_prob
+        if "classifier_dropout" in hf_name or "classifier_dropout" in family.defaults:
+            d[hf_name.get("classifier_dropout", "classifier_dropout")] = self.classifier_dropout_p
         d["id2label"] = {str(k): v for k, v in self.id2label.items()}
         d["label2id"] = self.label2id
         d.update(family.hf_constants)
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}  # JSON's lists
+        if d.get("embedding_size", 0) is None:  # DeBERTa reads a null one as the width
+            del d["embedding_size"]
+        if d.get("legacy") is False:
+            # DeBERTa's lm_predictions head: tied, transformers 4.57 would tie its dense layer
+            # to the word embeddings (and fail); the decoder reads them untied anyway
+            d["tie_word_embeddings"] = False
         return d
+
+
+def _refuse_unimplemented(source: dict, c: BertConfig) -> None:
+    """Options transformers reads that the scratch encoder does not implement, refused by name
+    rather than loaded wrong: DeBERTa-v2's convolution beside the first layer (v2-xlarge and
+    -xxlarge; no v3 model has one), heads of another width than hidden / heads, and a pooler
+    of another width than the encoder (transformers' own classifier fails on it)."""
+    if (source.get("conv_kernel_size") or 0) > 0:
+        raise ConfigError(f"conv_kernel_size {source['conv_kernel_size']} (a convolution beside "
+                          "the first layer) is not supported",
+                          "use a checkpoint without it (every DeBERTa-v3 model has none)")
+    for key, want in (("attention_head_size", c.head_dim), ("pooler_hidden_size", c.hidden_size)):
+        if source.get(key, want) != want:
+            raise ConfigError(f"{key} {source[key]} differs from {want}, the only value "
+                              "bertonnx implements", f"use a checkpoint with {key} {want}")
+
+
+def _foreign_fields(family: Family) -> tuple[dataclasses.Field, ...]:
+    """The family-only fields (FAMILY_ONLY) `family` does not have."""
+    return tuple(f for f in dataclasses.fields(BertConfig)
+                 if f.metadata.get("family_only") and f.name not in family.own_fields)
 
 
 # Presets: (layers, hidden, heads) as in Turc et al. 2019's compact BERTs, plus `tiny` for tests.

@@ -15,6 +15,8 @@ from types import MappingProxyType
 
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
 
+from .modernbert import KEYS as MODERNBERT  # its table, beside its modules
+
 
 def _bert_body(p: str) -> dict[str, str | None]:
     """BERT's encoder under the base-model prefix `p`: RoBERTa and ELECTRA keep its names."""
@@ -196,6 +198,117 @@ ALBERT: dict[str, str | None] = {
     **_TOKEN_AND_SPAN,
 }
 
+_M = "mpnet.encoder.layer.{}"
+MPNET: dict[str, str | None] = {
+    "mpnet.embeddings.word_embeddings.weight": "encoder.embeddings.word.weight",
+    "mpnet.embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+    "mpnet.embeddings.LayerNorm.weight": "encoder.embeddings.norm.weight",
+    "mpnet.embeddings.LayerNorm.bias": "encoder.embeddings.norm.bias",
+    "mpnet.embeddings.position_ids": None,  # a buffer (arange), recomputed in forward
+    f"{_M}.attention.attn.q.weight": "encoder.layers.{}.attn.q.weight",
+    f"{_M}.attention.attn.q.bias": "encoder.layers.{}.attn.q.bias",
+    f"{_M}.attention.attn.k.weight": "encoder.layers.{}.attn.k.weight",
+    f"{_M}.attention.attn.k.bias": "encoder.layers.{}.attn.k.bias",
+    f"{_M}.attention.attn.v.weight": "encoder.layers.{}.attn.v.weight",
+    f"{_M}.attention.attn.v.bias": "encoder.layers.{}.attn.v.bias",
+    f"{_M}.attention.attn.o.weight": "encoder.layers.{}.attn.out.weight",
+    f"{_M}.attention.attn.o.bias": "encoder.layers.{}.attn.out.bias",
+    f"{_M}.attention.LayerNorm.weight": "encoder.layers.{}.attn_norm.weight",
+    f"{_M}.attention.LayerNorm.bias": "encoder.layers.{}.attn_norm.bias",
+    f"{_M}.intermediate.dense.weight": "encoder.layers.{}.ffn.up.weight",
+    f"{_M}.intermediate.dense.bias": "encoder.layers.{}.ffn.up.bias",
+    f"{_M}.output.dense.weight": "encoder.layers.{}.ffn.down.weight",
+    f"{_M}.output.dense.bias": "encoder.layers.{}.ffn.down.bias",
+    f"{_M}.output.LayerNorm.weight": "encoder.layers.{}.ffn_norm.weight",
+    f"{_M}.output.LayerNorm.bias": "encoder.layers.{}.ffn_norm.bias",
+    # the one relative-position bias table, shared by every layer (build/mpnet.py)
+    "mpnet.encoder.relative_attention_bias.weight": "encoder.relative.table.weight",
+    "mpnet.pooler.dense.weight": "encoder.pooler.dense.weight",
+    "mpnet.pooler.dense.bias": "encoder.pooler.dense.bias",
+    # MPNetLMHead
+    "lm_head.dense.weight": "head.mlm.dense.weight",
+    "lm_head.dense.bias": "head.mlm.dense.bias",
+    "lm_head.layer_norm.weight": "head.mlm.norm.weight",
+    "lm_head.layer_norm.bias": "head.mlm.norm.bias",
+    "lm_head.bias": "head.mlm.bias",
+    "lm_head.decoder.weight": None,  # tied to the word embeddings
+    "lm_head.decoder.bias": None,    # the same tensor as lm_head.bias
+    # MPNetClassificationHead (RoBERTa's); token classification keeps the bare `classifier.*`
+    "classifier.dense.weight": "head.dense.weight",
+    "classifier.dense.bias": "head.dense.bias",
+    "classifier.out_proj.weight": "head.out_proj.weight",
+    "classifier.out_proj.bias": "head.out_proj.bias",
+    **_TOKEN_AND_SPAN,
+}
+
+_DL = "deberta.encoder.layer.{}"
+# DeBERTa-v2/v3 with its MLM head as DebertaV2ForMaskedLM writes it when config.legacy is false
+# (lm_predictions); DEBERTA_LEGACY below when true (cls.predictions, transformers' default).
+DEBERTA: dict[str, str | None] = {
+    "deberta.embeddings.word_embeddings.weight": "encoder.embeddings.word.weight",
+    "deberta.embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+    "deberta.embeddings.token_type_embeddings.weight": "encoder.embeddings.token_type.weight",
+    "deberta.embeddings.embed_proj.weight": "encoder.embeddings.project.weight",
+    "deberta.embeddings.LayerNorm.weight": "encoder.embeddings.norm.weight",
+    "deberta.embeddings.LayerNorm.bias": "encoder.embeddings.norm.bias",
+    "deberta.embeddings.position_ids": None,  # a buffer (arange)
+    f"{_DL}.attention.self.query_proj.weight": "encoder.layers.{}.attn.q.weight",
+    f"{_DL}.attention.self.query_proj.bias": "encoder.layers.{}.attn.q.bias",
+    f"{_DL}.attention.self.key_proj.weight": "encoder.layers.{}.attn.k.weight",
+    f"{_DL}.attention.self.key_proj.bias": "encoder.layers.{}.attn.k.bias",
+    f"{_DL}.attention.self.value_proj.weight": "encoder.layers.{}.attn.v.weight",
+    f"{_DL}.attention.self.value_proj.bias": "encoder.layers.{}.attn.v.bias",
+    # the relative positions' own projections (share_att_key false)
+    f"{_DL}.attention.self.pos_key_proj.weight": "encoder.layers.{}.attn.pos_k.weight",
+    f"{_DL}.attention.self.pos_key_proj.bias": "encoder.layers.{}.attn.pos_k.bias",
+    f"{_DL}.attention.self.pos_query_proj.weight": "encoder.layers.{}.attn.pos_q.weight",
+    f"{_DL}.attention.self.pos_query_proj.bias": "encoder.layers.{}.attn.pos_q.bias",
+    f"{_DL}.attention.output.dense.weight": "encoder.layers.{}.attn.out.weight",
+    f"{_DL}.attention.output.dense.bias": "encoder.layers.{}.attn.out.bias",
+    f"{_DL}.attention.output.LayerNorm.weight": "encoder.layers.{}.attn_norm.weight",
+    f"{_DL}.attention.output.LayerNorm.bias": "encoder.layers.{}.attn_norm.bias",
+    f"{_DL}.intermediate.dense.weight": "encoder.layers.{}.ffn.up.weight",
+    f"{_DL}.intermediate.dense.bias": "encoder.layers.{}.ffn.up.bias",
+    f"{_DL}.output.dense.weight": "encoder.layers.{}.ffn.down.weight",
+    f"{_DL}.output.dense.bias": "encoder.layers.{}.ffn.down.bias",
+    f"{_DL}.output.LayerNorm.weight": "encoder.layers.{}.ffn_norm.weight",
+    f"{_DL}.output.LayerNorm.bias": "encoder.layers.{}.ffn_norm.bias",
+    # the relative embeddings, shared by every layer, and their LayerNorm (build/deberta.py)
+    "deberta.encoder.rel_embeddings.weight": "encoder.rel_positions.embeddings.weight",
+    "deberta.encoder.LayerNorm.weight": "encoder.rel_positions.norm.weight",
+    "deberta.encoder.LayerNorm.bias": "encoder.rel_positions.norm.bias",
+    # the sequence classifier's ContextPooler, outside the base model
+    "pooler.dense.weight": "encoder.pooler.dense.weight",
+    "pooler.dense.bias": "encoder.pooler.dense.bias",
+    "lm_predictions.lm_head.dense.weight": "head.mlm.dense.weight",
+    "lm_predictions.lm_head.dense.bias": "head.mlm.dense.bias",
+    "lm_predictions.lm_head.LayerNorm.weight": "head.mlm.norm.weight",
+    "lm_predictions.lm_head.LayerNorm.bias": "head.mlm.norm.bias",
+    "lm_predictions.lm_head.bias": "head.mlm.bias",
+    # the other naming's MLM head, which transformers does not read either (and warns about)
+    **dict.fromkeys(("cls.predictions.transform.dense.weight",
+                     "cls.predictions.transform.dense.bias",
+                     "cls.predictions.transform.LayerNorm.weight",
+                     "cls.predictions.transform.LayerNorm.bias", "cls.predictions.bias",
+                     "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")),
+    # the replaced-token detector of DeBERTa-v3's pretraining (ELECTRA's): no task serves it
+    **dict.fromkeys(("mask_predictions.dense.weight", "mask_predictions.dense.bias",
+                     "mask_predictions.LayerNorm.weight", "mask_predictions.LayerNorm.bias",
+                     "mask_predictions.classifier.weight", "mask_predictions.classifier.bias")),
+    **_TOKEN_AND_SPAN,
+}
+_MLM_NEW = [k for k in DEBERTA if k.startswith("lm_predictions.")]
+_MLM_LEGACY = [k for k in DEBERTA if k.startswith("cls.predictions.")]
+DEBERTA_LEGACY: dict[str, str | None] = {
+    **{k: v for k, v in DEBERTA.items() if k not in _MLM_NEW},
+    **dict.fromkeys(_MLM_NEW),
+    "cls.predictions.transform.dense.weight": "head.mlm.dense.weight",
+    "cls.predictions.transform.dense.bias": "head.mlm.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "head.mlm.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "head.mlm.norm.bias",
+    "cls.predictions.bias": "head.mlm.bias",  # decoder.weight: tied; decoder.bias: this one
+}
+
 _INDEX = re.compile(r"\.(\d+)(?=\.)")
 # TF-converted checkpoints name LayerNorm gamma/beta.
 _TF_NAMES = ((".gamma", ".weight"), (".beta", ".bias"))
@@ -248,12 +361,17 @@ class KeyTable:
 # key map name (the base model's attribute, XLM-R's and CamemBERT's too: roberta) -> table
 KEY_TABLES = MappingProxyType({t.prefix: t for t in (
     KeyTable("bert", BERT), KeyTable("roberta", ROBERTA), KeyTable("distilbert", DISTILBERT),
-    KeyTable("electra", ELECTRA), KeyTable("albert", ALBERT))})
+    KeyTable("electra", ELECTRA), KeyTable("albert", ALBERT), KeyTable("mpnet", MPNET),
+    KeyTable("deberta", DEBERTA), KeyTable("model", MODERNBERT))})
+# DeBERTa's config.legacy names its MLM head the other way (LegacyDebertaV2OnlyMLMHead)
+LEGACY_KEY_TABLES = MappingProxyType({"deberta": KeyTable("deberta", DEBERTA_LEGACY)})
 
 
-def key_table(model_type: str) -> KeyTable:
-    """The table of a config.json model_type, by its family row's `key_map`."""
-    return KEY_TABLES[family(model_type).key_map]
+def key_table(model_type: str, *, legacy: bool = False) -> KeyTable:
+    """The table of a config.json model_type, by its family row's `key_map`; `legacy`
+    (BertConfig.legacy, DeBERTa's): the table under the MLM head's legacy names."""
+    name = family(model_type).key_map
+    return LEGACY_KEY_TABLES[name] if legacy else KEY_TABLES[name]
 
 
 # BERT's table under its historical names (tests and scripts read these).

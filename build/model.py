@@ -3,7 +3,11 @@
 Reference: Devlin et al. 2018 and transformers' modeling_bert (same math, so HF weights load
 unchanged). The other families are switches on the same modules (config.family): RoBERTa's
 padding-offset positions, DistilBERT's missing token types, ALBERT's and ELECTRA's embedding
-projection, ALBERT's layer groups run in a schedule, no pooler where the family has none.
+projection, ALBERT's layer groups run in a schedule, no pooler where the family has none,
+MPNet's relative-position bias (build/mpnet.py) added to the mask every layer reads,
+DeBERTa's embeddings, disentangled attention and relative positions (build/deberta.py),
+ModernBERT's pre-LN layers without biases, rotary global/windowed attention and GeGLU
+(build/modernbert.py).
 Attention runs on `F.scaled_dot_product_attention`; its (B, nh, T, hs) layout and additive mask
 are the ones onnxruntime's BERT fusion recognises after a TorchScript export.
 """
@@ -14,7 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import deberta, modernbert
 from .config import BertConfig
+from .modernbert import layer_norm
+from .mpnet import RelativePositionBias
 
 
 def activation(name: str):
@@ -33,10 +40,12 @@ class Embeddings(nn.Module):
         super().__init__()
         E = c.embedding_dim
         self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
-        self.position = nn.Embedding(c.max_position_embeddings, E)
+        # ModernBERT's rotary attention takes positions in the layers: no table
+        self.position = (None if c.family.attention == "rotary"
+                         else nn.Embedding(c.max_position_embeddings, E))
         # DistilBERT has no segment embedding: token_type_ids are then ignored
         self.token_type = nn.Embedding(c.type_vocab_size, E) if c.type_vocab_size else None
-        self.norm = nn.LayerNorm(E, eps=c.layer_norm_eps)
+        self.norm = layer_norm(c, E)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
         # ALBERT, ELECTRA: embeddings narrower than the layers are projected up after the norm
         self.project = nn.Linear(E, c.hidden_size) if c.embedding_projection else None
@@ -57,7 +66,7 @@ class Embeddings(nn.Module):
 
     def forward(self, input_ids, token_type_ids):
         x = self.word(input_ids)
-        pos = self.position(self.positions(input_ids))
+        pos = self.position(self.positions(input_ids)) if self.position is not None else None
         types = self.token_type(token_type_ids) if self.token_type is not None else None
         # Summed in the order onnxruntime's EmbedLayerNormalization fusion reads
         # (export/fusion.py): BERT's (word + type) + sliced positions; RoBERTa's computed
@@ -91,6 +100,19 @@ class SelfAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, T, H))
 
 
+def _every_layer(attention):
+    """An attention that is the same at every depth: built without the layer's index."""
+    return lambda c, index: attention(c)
+
+
+# The family row's attention kind -> its attention (built from the config and the layer's
+# index: ModernBERT's is global or windowed by depth), and the embeddings that go with it.
+ATTENTION = {"sdpa": _every_layer(SelfAttention),
+             "disentangled": _every_layer(deberta.DisentangledSelfAttention),
+             "rotary": modernbert.RotaryAttention}
+EMBEDDINGS = {"sdpa": Embeddings, "disentangled": deberta.Embeddings, "rotary": Embeddings}
+
+
 class FeedForward(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
@@ -102,18 +124,30 @@ class FeedForward(nn.Module):
         return self.down(self.act(self.up(x)))
 
 
-class EncoderLayer(nn.Module):
-    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+# The family row's feed-forward kind -> its module.
+FEED_FORWARD = {"mlp": FeedForward,
+                "geglu": lambda c: modernbert.GeGLU(c, activation(c.hidden_act))}
 
-    def __init__(self, c: BertConfig):
+
+class EncoderLayer(nn.Module):
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)). Pre-LN (the row's `norm` "pre",
+    ModernBERT): x = x + Attn(LN(x)); x = x + FFN(LN(x)), the first layer's attention norm an
+    identity (the embeddings end in a norm)."""
+
+    def __init__(self, c: BertConfig, index: int = 0):
         super().__init__()
-        self.attn = SelfAttention(c)
-        self.attn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.ffn = FeedForward(c)
-        self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.pre_norm = c.family.norm == "pre"
+        self.attn = ATTENTION[c.family.attention](c, index)
+        self.attn_norm = nn.Identity() if self.pre_norm and index == 0 else layer_norm(c)
+        self.ffn = FEED_FORWARD[c.family.ffn](c)
+        self.ffn_norm = layer_norm(c)
+        # ModernBERT's dropouts are inside its attention and feed-forward
+        self.dropout = nn.Dropout(0.0 if self.pre_norm else c.hidden_dropout_prob)
 
     def forward(self, x, bias):
+        if self.pre_norm:
+            x = x + self.attn(self.attn_norm(x), bias)
+            return x + self.ffn(self.ffn_norm(x))
         # The sublayer's output is the Add's first operand: onnxruntime's attention fusion takes
         # the norm's first Add parent as the attention output, and after ALBERT's and ELECTRA's
         # embedding projection the residual is an Add too (export/fusion.py).
@@ -125,9 +159,10 @@ class Pooler(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.act = activation(c.pooler_hidden_act)  # tanh; DeBERTa's ContextPooler: GELU
 
     def forward(self, hidden):
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H) from [CLS]
+        return self.act(self.dense(hidden[:, 0]))  # (B, H) from [CLS]
 
 
 class LayerGroup(nn.ModuleList):
@@ -144,14 +179,24 @@ class Encoder(nn.Module):
 
     def __init__(self, c: BertConfig, pooler: bool):
         super().__init__()
-        self.embeddings = Embeddings(c)
+        self.embeddings = EMBEDDINGS[c.family.attention](c)
         if c.family.shared_layers:  # ALBERT: encoder.layers.{group}.{inner}
             self.layers = nn.ModuleList(
                 LayerGroup(EncoderLayer(c) for _ in range(c.inner_group_num))
                 for _ in range(c.num_hidden_groups))
         else:
-            self.layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_hidden_layers))
+            self.layers = nn.ModuleList(EncoderLayer(c, i) for i in range(c.num_hidden_layers))
         self.schedule = c.layer_schedule  # which of self.layers runs at each depth
+        # MPNet: one relative-position bias, computed once and added to every layer's scores
+        self.relative = RelativePositionBias(c) if c.family.relative_bias else None
+        # DeBERTa: relative embeddings and the bucket index, made once for every layer
+        self.rel_positions = (deberta.RelativePositions(c) if c.family.attention == "disentangled"
+                              else None)
+        # ModernBERT: the rotary tables and the window's mask, made once for every layer
+        self.rotary = (modernbert.AttentionInputs(c) if c.family.attention == "rotary"
+                       else None)
+        # a pre-LN stack ends in a norm (ModernBERT's final_norm)
+        self.final_norm = layer_norm(c) if c.family.norm == "pre" else None
         self.pooler = Pooler(c) if pooler else None
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
@@ -164,8 +209,16 @@ class Encoder(nn.Module):
         # queries: the Sub/Mul pattern onnxruntime's attention fusion looks for.
         m = attention_mask[:, None, None, :].to(x.dtype)  # (B, 1, 1, T)
         bias = (1.0 - m) * torch.finfo(x.dtype).min
+        if self.relative is not None:
+            bias = bias + self.relative(x.shape[1])  # (B, nh, T, T)
+        if self.rel_positions is not None:  # what DisentangledSelfAttention reads beside it
+            bias = (bias, self.rel_positions(x))
+        if self.rotary is not None:  # what RotaryAttention reads instead of the bare mask
+            bias = self.rotary(bias)
         for i in self.schedule:
             x = self.layers[i](x, bias)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
         pooled = self.pooler(x) if self.pooler is not None else None
         return x, pooled
 
@@ -184,4 +237,5 @@ def init_weights(module: nn.Module, std: float) -> None:
                     m.weight[m.padding_idx].zero_()
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:  # ModernBERT's norms have none
+                nn.init.zeros_(m.bias)

@@ -40,7 +40,7 @@ def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     prefix for the bare BertModel, RobertaModel, ...), through the family's key table."""
     c = model.config
     bare = model.hf_class == c.family.class_prefix + "Model"
-    keys = key_table(c.model_type)
+    keys = key_table(c.model_type, legacy=c.legacy)
     return {keys.to_hf(name, bare=bare): tensor.detach().contiguous().cpu()
             for name, tensor in model.state_dict().items()}
 

@@ -32,7 +32,7 @@ from bertonnx.runtime.core.manifest import Manifest
 from bertonnx.runtime.core.session import create_session
 from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
 
-from . import fusion, graph
+from . import fusion, graph, sentence
 from .api import ExportOptions, _check_target, _versions, check_parity, locked, resolve_model
 from .precisions import PRECISIONS, precision
 
@@ -144,6 +144,8 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
             if (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
         load_tokenizer(tmp)  # a folder the runtime cannot tokenize for is refused here
+        # a sentence-transformers folder's modules after the encoder, and their weights
+        stack = sentence.carry(src, task, tmp)
 
         figures = {"note": "not checked: no --reference was given, so nothing vouches for the "
                    "graph's numbers (`bertonnx parity OUT --reference MODEL` checks them)"}
@@ -165,7 +167,7 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
                     if k in config},
             versions=_versions(), source=str(src),
             # what load() read from the folder as it was (a sentence-transformers folder's own)
-            defaults=pipeline_class(task).folder_defaults(src),
+            defaults=pipeline_class(task).folder_defaults(src), sentence_transformers=stack,
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.write(tmp)
         say(f"writing {out}")

@@ -120,6 +120,37 @@ def _cosine(ref, got, mask, extra) -> dict:
             "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
 
 
+def _sparse(ref, got, mask, extra) -> dict:
+    """sparse-embedding: what retrieval with the vectors sees — which other sentence scores
+    highest by dot product (SPLADE's similarity) — and what decoding them shows: the ten
+    heaviest ids of each sentence, and the vectors' cosine."""
+    a, b = (o.astype(np.float64) for o in (ref[0], got[0]))   # (N, V) each
+    sa, sb = a @ a.T, b @ b.T
+    np.fill_diagonal(sa, -np.inf)
+    np.fill_diagonal(sb, -np.inf)
+    top_a, top_b = (np.argsort(-v, 1, kind="stable")[:, :10] for v in (a, b))
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    cos = np.where(norms > 0, (a * b).sum(1) / np.where(norms > 0, norms, 1), 0.0)
+    return {"nearest_neighbour": float(np.mean(sa.argmax(1) == sb.argmax(1))),
+            "top10_overlap": float(np.mean([len(set(x) & set(y)) / 10
+                                            for x, y in zip(top_a, top_b)])),
+            "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean())}
+
+
+def _ranking(ref, got, mask, extra) -> dict:
+    """text-ranking: for each query (`extra`: how many documents each has, in row order), the
+    same best document, and the share of its document pairs kept in the same order."""
+    best, kept = [], []
+    start = 0
+    for n in extra:
+        a, b = ref[0][start:start + n, 0], got[0][start:start + n, 0]
+        start += n
+        best.append(a.argmax() == b.argmax())
+        i, j = np.triu_indices(n, 1)
+        kept.append(np.mean(np.sign(a[i] - a[j]) == np.sign(b[i] - b[j])))
+    return {"top1": float(np.mean(best)), "pair_order": float(np.mean(kept))}
+
+
 def task_metrics(task: str, ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray,
                  extra) -> dict:
     """Agreement between reference (fp32) and candidate outputs; the first key is the verdict."""
@@ -155,6 +186,24 @@ def _pairs_batch(tokenizer, max_len, texts, pairs):
     return (ids, mask, tt), _context(tokenizer, qs, ids, mask)
 
 
+def _ranking_batch(tokenizer, max_len, texts, pairs, per_query: int = 6):
+    """Each QA question with its own context and the next five others (a query and its
+    documents); the metric needs each query's document count."""
+    qs, cs = zip(*(pairs or QA_PAIRS))
+    n = min(per_query, len(cs))
+    rows = [(q, cs[(i + k) % len(cs)]) for i, q in enumerate(qs) for k in range(n)]
+    ids, mask, tt, _ = encode(tokenizer, *zip(*rows), max_len)
+    return (ids, mask, tt), [n] * len(qs)
+
+
+def _nli_batch(tokenizer, max_len, texts, pairs):
+    """Zero-shot's (premise, hypothesis) pairs: each sentence with three labels' hypotheses."""
+    rows = [(s, f"This example is about {label}.") for s in (texts or SENTENCES)
+            for label in ("travel", "food", "weather")]
+    ids, mask, tt, _ = encode(tokenizer, *zip(*rows), max_len)
+    return (ids, mask, tt), None
+
+
 @dataclass(frozen=True)
 class Measure:
     """One way of judging agreement: the inputs it is judged on and the metrics."""
@@ -168,7 +217,10 @@ MEASURES = {"mask-top1": Measure(_masked_batch, _mask_top1),
             "argmax": Measure(_texts_batch, _argmax),
             "token-argmax": Measure(_texts_batch, _token_argmax),
             "span": Measure(_pairs_batch, _span),
-            "cosine": Measure(_texts_batch, _cosine)}
+            "cosine": Measure(_texts_batch, _cosine),
+            "sparse": Measure(_texts_batch, _sparse),
+            "ranking": Measure(_ranking_batch, _ranking),
+            "pair-argmax": Measure(_nli_batch, _argmax)}
 
 
 def task_batch(task: str, tokenizer, max_len: int, texts=None, pairs=None):

@@ -37,7 +37,7 @@ from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand
 from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
-from . import fusion, graph, memory, parity, variants
+from . import fusion, graph, memory, parity, sentence, variants
 from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
@@ -152,7 +152,9 @@ def _config_summary(model: Bert) -> dict:
             "max_position_embeddings": c.max_position_embeddings,
             "type_vocab_size": c.type_vocab_size, "pad_token_id": c.pad_token_id,
             "num_labels": c.num_labels, "id2label": {str(k): v for k, v in c.id2label.items()},
-            "problem_type": c.problem_type}
+            "problem_type": c.problem_type,
+            # what the model folder chose about the head (a SparseEncoder's SpladePooling)
+            **({"head_options": model.head_options} if model.head_options else {})}
 
 
 @contextmanager
@@ -203,6 +205,10 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
     say(f"loading {model if not in_memory else 'model'} for {task}")
     # export reports an untrained head itself: a refusal, or one warning with the flag
     loaded = resolve_model(model, task, warn=False)
+    # a model the task cannot use (reranking with several labels; zero-shot without an
+    # entailment class) is refused before converting, as load would refuse the export
+    pipeline_class(task).check_model(_config_summary(loaded.model),
+                                     "the model" if in_memory else str(model))
     untrained = loaded.untrained_head()
     if untrained and not options.allow_untrained_head:
         raise untrained_head.refusal(str(loaded.source_dir or "the model") if in_memory
@@ -221,12 +227,15 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
     # normalize), which the export's pipeline then uses
     defaults = (pipeline_class(task).folder_defaults(loaded.source_dir)
                 if loaded.source_dir is not None else {})
+    source_dir = loaded.source_dir
     # A model export loaded itself is dropped once its outputs are taken; the caller's stays.
     held = _Held(loaded.model, owned=not in_memory)
     del loaded
     with publishing(out) as tmp:
+        # a sentence-transformers folder's modules after the encoder, and their weights
+        stack = sentence.carry(source_dir, task, tmp)
         manifest = _build(held, task, tmp, options, tokenizer, say, source=source,
-                          defaults=defaults, untrained=untrained)
+                          defaults=defaults, untrained=untrained, stack=stack)
         say(f"writing {out}")
     return manifest
 
@@ -244,7 +253,7 @@ class _Held:
 
 
 def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer, say,
-           source, defaults: dict, untrained: dict) -> Manifest:
+           source, defaults: dict, untrained: dict, stack: dict) -> Manifest:
     """One model-sized buffer at a time: trace -> reference outputs (torch) -> drop the torch
     model -> fuse -> convert -> write -> parity (onnxruntime) against the kept outputs."""
     m = held.model
@@ -269,7 +278,7 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
             say(f"fusing (onnxruntime transformer optimizer, model_type "
                 f"{c.family.ort_model_type})")
             proto = fusion.fuse(raw, c.num_attention_heads, c.hidden_size, scratch, lean=True,
-                                model_type=c.model_type)
+                                model_type=c.model_type, config=c)
             fusion.check_fused(fusion.fused_counts(proto), c)
             memory.release()
         else:
@@ -296,7 +305,7 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
         config=summary, versions=_versions(),
-        source=source, defaults=defaults, untrained_head=untrained,
+        source=source, defaults=defaults, untrained_head=untrained, sentence_transformers=stack,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     manifest.write(tmp)
     return manifest

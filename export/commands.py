@@ -62,7 +62,8 @@ def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
         from bertonnx.build.checkpoint import infer_task  # lazy: torch, as above
 
         task = infer_task(model)
-        _progress(f"task {task} (from {model}'s config.json architectures)")
+        _progress(f"task {task} (from {model}'s config.json architectures, or its "
+                  "sentence-transformers files)")
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
                          force=force, tokenizer=tokenizer, target_cpu=target_cpu,
                          int8_recipe=int8_recipe, measure_recipes=measure_recipes,

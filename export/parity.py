@@ -158,6 +158,9 @@ def reference_differences(config: dict, task: str, untrained_head: dict, loaded)
     differ = [f"{'family' if k == 'model_type' else k} {getattr(cfg, k)!r} (the export's "
               f"{config[k]!r})" for k in SAME_AS_EXPORT
               if k in config and getattr(cfg, k, None) != config[k]]
+    options = config.get("head_options", {})
+    if options != loaded.model.head_options:  # e.g. SPLADE pooled by sum, not max
+        differ.append(f"head {loaded.model.head_options} (the export's {options})")
     labels = config.get("num_labels")
     fixed = TASKS[task].fixed_axis   # a classifier's label axis, sized by num_labels
     if fixed and fixed[1] == "num_labels" and isinstance(labels, int) \
@@ -251,18 +254,25 @@ _NORMS = ("LayerNormalization", "SkipLayerNormalization", "EmbedLayerNormalizati
           "QEmbedLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 
-def layer_tensors(proto: onnx.ModelProto, layers: int) -> list[str]:
+def layer_tensors(proto: onnx.ModelProto, layers: int, *,
+                  pre_norm: bool = False) -> list[str]:
     """Names of [embedding norm, layer 0, ..., layer L-1] outputs in the graph (L applications).
 
     Both the unoptimised and the fused graph hold, in topological order, one LayerNorm for the
     embeddings and two per post-LN encoder layer (attention, then feed-forward): the second of
-    each pair is the layer's output. Heads' LayerNorms come after.
+    each pair is the layer's output. Heads' LayerNorms come after. A norm of a weight
+    (DeBERTa's relative embeddings) holds no hidden state and is passed over. `pre_norm`
+    (ModernBERT): the first layer has no attention norm and the stack ends in a final norm, so
+    the same positions hold the norm that reads each layer's output (the next layer's attention
+    norm, the final norm after the last).
     """
-    norms = [n.output[0] for n in proto.graph.node if n.op_type in _NORMS]
+    weights = {i.name for i in proto.graph.initializer}
+    norms = [n for n in proto.graph.node if n.op_type in _NORMS and n.input[0] not in weights]
     if len(norms) < 1 + 2 * layers:
         raise ArtifactError(f"graph has {len(norms)} LayerNorms, fewer than a {layers}-layer "
                             "BERT needs", "per-layer parity needs a BERT graph")
-    return [norms[0]] + [norms[2 + 2 * i] for i in range(layers)]
+    after = [norms[2 + 2 * i] for i in range(layers)]
+    return [norms[0].output[0]] + [n.input[0] if pre_norm else n.output[0] for n in after]
 
 
 def layer_schedule(model: Bert) -> list[str]:
@@ -284,7 +294,7 @@ def per_layer(model: Bert, graph: Path, *, batch: int = 2, seq: int = 11, seed: 
     application in the order they run."""
     proto = onnx.load(str(graph))
     names = layer_schedule(model)
-    tensors = layer_tensors(proto, len(names))
+    tensors = layer_tensors(proto, len(names), pre_norm=model.config.family.norm == "pre")
     elem = onnx.TensorProto.FLOAT16 if any(
         i.data_type == onnx.TensorProto.FLOAT16 for i in proto.graph.initializer) else onnx.TensorProto.FLOAT
     have = {o.name for o in proto.graph.output}

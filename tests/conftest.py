@@ -143,12 +143,26 @@ FAMILY_CONFIGS = {
                        max_position_embeddings=64, initializer_range=0.1),
     "electra": {**_BERT_SHAPE, "embedding_size": 16},
     "albert": {**_BERT_SHAPE, "embedding_size": 16, "hidden_act": "gelu_new"},
+    # MPNet's relative-position buckets turn logarithmic past distance 8: 64 positions use them
+    "mpnet": {k: v for k, v in _ROBERTA_SHAPE.items() if k != "type_vocab_size"},
+    # DeBERTa-v3's shape: 16 relative buckets (log-spaced past distance 8, so 64 positions
+    # reach the table's edge), shared keys, LayerNorm-ed relative embeddings, no absolute
+    # positions, no token types; transformers' legacy MLM head names (its default)
+    "deberta-v2": {**_BERT_SHAPE, "relative_attention": True, "position_buckets": 16,
+                   "pos_att_type": "p2c|c2p", "share_att_key": True, "norm_rel_ebd": "layer_norm",
+                   "position_biased_input": False, "type_vocab_size": 0, "layer_norm_eps": 1e-7},
+    # ModernBERT: layer 0 global, layer 1 local with a window of +-4, so the 13-token parity
+    # batches and the export's longer shapes reach past it; [PAD] 3 (tests/family_tokenizers.py)
+    "modernbert": {**_BERT_SHAPE, "global_attn_every_n_layers": 2, "local_attention": 8,
+                   "pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1,
+                   "sep_token_id": 2},
 }
 WORDPIECE_FAMILIES = ("bert", "distilbert", "electra")
 
 
 BIO = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 SENTIMENT = {0: "negative", 1: "neutral", 2: "positive"}
+NLI = {0: "contradiction", 1: "neutral", 2: "entailment"}
 TASK_NAMES = ("fill-mask", "text-classification", "question-answering", "token-classification",
               "feature-extraction")
 FM, CLS, QA, NER, EMB = TASK_NAMES
@@ -165,11 +179,19 @@ SPECS: dict[str, tuple[str, dict]] = {
     "one-label": ("text-classification", dict(labels={0: "score"})),
     # word embeddings dominate, as in real BERTs (size and tied-weight tests)
     "wide-fill-mask": ("fill-mask", dict(vocab=4000, hidden_size=128, intermediate_size=256)),
+    # a BertForMaskedLM exported with --task sparse-embedding (SPLADE max pooling)
+    "sparse-embedding": ("sparse-embedding", {}),
+    # sequence classifiers for reranking (one label) and zero-shot (an NLI model); the wider
+    # initialisation spreads their scores, so a ranking or a label order means something
+    "text-ranking": ("text-ranking", dict(labels={0: "score"}, initializer_range=0.5)),
+    "zero-shot-classification": ("zero-shot-classification",
+                                 dict(labels=NLI, initializer_range=0.5)),
 }
 # Each other family's tiny model per task, with the family's own tokenizer, named
 # "family:task" (family_spec); BERT's are the plain task names above. Export and runtime tests
 # share them, so each is built and exported once a session.
-OTHER_FAMILIES = ("distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert")
+OTHER_FAMILIES = ("distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert",
+                  "mpnet", "deberta-v2", "modernbert")
 SPECS.update({f"{f}:{t}": (t, dict(model_type=f, labels={CLS: SENTIMENT, NER: BIO}.get(t)))
               for f in OTHER_FAMILIES for t in TASK_NAMES})
 

@@ -1,8 +1,8 @@
 """Tiny tokenizers of every family, as transformers' converters build them
 (convert_slow_tokenizer.py), trained here in about a second with the `tokenizers` library.
 
-Byte-level BPE (RoBERTa), Unigram with `▁` (XLM-R, CamemBERT, ALBERT) and WordPiece (BERT,
-DistilBERT, ELECTRA). `fast_tokenizer(model_type)` wraps one in the family's transformers fast
+Byte-level BPE (RoBERTa), Unigram with `▁` (XLM-R, CamemBERT, ALBERT, DeBERTa-v2) and WordPiece (BERT,
+DistilBERT, ELECTRA; MPNet's with RoBERTa's specials). `fast_tokenizer(model_type)` wraps one in the family's transformers fast
 class (built once per process); tests/conftest.py's make_checkpoint saves it beside a model.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 
 import transformers
-from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
-                        processors, trainers)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, processors, trainers)
 from tokenizers.implementations import ByteLevelBPETokenizer
 
 CORPUS = [
@@ -37,14 +37,15 @@ def bpe() -> Tokenizer:
     return tok
 
 
-def unigram(specials: list[str], norm: list, single: str, pair: str, cls_sep: tuple) -> Tokenizer:
+def unigram(specials: list[str], norm: list, single: str, pair: str, cls_sep: tuple,
+            unk: str = "<unk>") -> Tokenizer:
     """A SentencePiece Unigram model with `▁` (SpmConverter and the family's subclass)."""
     tok = Tokenizer(models.Unigram())
     tok.normalizer = normalizers.Sequence(norm)
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     tok.train_from_iterator(CORPUS, trainers.UnigramTrainer(
-        vocab_size=250, special_tokens=specials, unk_token="<unk>", show_progress=False))
+        vocab_size=250, special_tokens=specials, unk_token=unk, show_progress=False))
     tok.post_processor = processors.TemplateProcessing(
         single=single, pair=pair, special_tokens=[(t, tok.token_to_id(t)) for t in cls_sep])
     return tok
@@ -56,6 +57,18 @@ SPM_NORM = [normalizers.NFKC(), normalizers.Strip(left=False, right=True),
 ALBERT_NORM = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(),
                normalizers.StripAccents(), normalizers.Lowercase(), normalizers.NFKC(),
                normalizers.Replace(Regex(" {2,}"), " ")]
+
+
+# DebertaV2Converter: Strip, the charsmap, runs of spaces to one
+DEBERTA_NORM = [normalizers.Strip(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]
+
+
+def deberta() -> Tokenizer:
+    """DeBERTa-v2/v3: [PAD] [CLS] [SEP] [UNK] first as in deberta-v3's spm.model, [MASK] after,
+    [CLS] A [SEP] B [SEP] with token types."""
+    return unigram(["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"], DEBERTA_NORM,
+                   "[CLS]:0 $A:0 [SEP]:0", "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1", ("[CLS]", "[SEP]"),
+                   unk="[UNK]")
 
 
 def xlmr() -> Tokenizer:
@@ -90,6 +103,40 @@ def wordpiece(lower: bool) -> Tokenizer:
     return tok
 
 
+def mpnet() -> Tokenizer:
+    """MPNetConverter: BERT's lower-cased WordPiece pipeline with RoBERTa's specials (but
+    [UNK]), <pad> at 1 as MPNet's embeddings assume, and <s> A </s></s> B </s> pairs."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "[UNK]", "<mask>"],
+        show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s>:0 $A:0 </s>:0", pair="<s>:0 $A:0 </s>:0 </s>:0 $B:1 </s>:1",
+        special_tokens=[("<s>", 0), ("</s>", 2)])
+    return tok
+
+
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+
+
+def modernbert() -> Tokenizer:
+    """ModernBERT's tokenizer.json: byte-level BPE with BERT's specials ([PAD] 3 here, so a
+    loader that pads with 0 cannot pass), [MASK] eating the space before it (lstrip), and
+    [CLS] A [SEP] B [SEP] with token types; read through the base PreTrainedTokenizerFast."""
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(CORPUS, vocab_size=400, min_frequency=2,
+                                special_tokens=MODERNBERT_SPECIALS, show_progress=False)
+    tok = trainer._tokenizer
+    tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, normalized=False, special=True)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    return tok
+
+
 # name -> (transformers class, its backend, its keyword arguments)
 FAMILIES = {
     "roberta": ("RobertaTokenizerFast", bpe, {}),
@@ -99,6 +146,12 @@ FAMILIES = {
     "bert": ("BertTokenizerFast", lambda: wordpiece(False), {"do_lower_case": False}),
     "distilbert": ("DistilBertTokenizerFast", lambda: wordpiece(True), {}),
     "electra": ("ElectraTokenizerFast", lambda: wordpiece(True), {"strip_accents": False}),
+    "mpnet": ("MPNetTokenizerFast", mpnet, {}),
+    "deberta-v2": ("DebertaV2TokenizerFast", deberta, {}),
+    "modernbert": ("PreTrainedTokenizerFast", modernbert, dict(
+        {f"{t[1:-1].lower()}_token": t for t in MODERNBERT_SPECIALS},
+        model_input_names=["input_ids", "attention_mask"], clean_up_tokenization_spaces=True,
+        model_max_length=8192)),
 }
 
 

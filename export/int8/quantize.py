@@ -12,6 +12,8 @@ output ("Unable to find data type for weight_name"):
    the word embedding is stored once, as uint8.
 3. RoBERTa's EmbedLayerNormalization reads position ids, which QEmbedLayerNormalization cannot:
    it stays fp32, with the decoder tied to its table (stored once, fp32).
+4. MPNet's Attention reads an attention_bias (its relative positions), which QAttention cannot:
+   the quantizer would drop it silently, so those Attention nodes stay fp32.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
 from .. import tied_decoder
+from ..attention_bias import ATTENTION_BIAS
 from ..graph import save_model
 from .evidence import default_settings_summary
 from .settings import DEFAULT_INT8, Int8Settings
@@ -73,6 +76,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
         source, out = Path(d) / "fused.onnx", Path(d) / "int8.onnx"
         light = _without_weights(proto, Path(d) / "fused.onnx.data")
         fp32 = _positioned_embeddings(light, Path(d))  # left fp32, with the decoder tied to them
+        biased = _biased_attention(light)  # left fp32
         tied = tied_decoder.hide(light)
         light = SymbolicShapeInference.infer_shapes(light, auto_merge=True)
         onnx.save_model(light, str(source))  # reads its weights from fused.onnx.data
@@ -81,7 +85,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
                          weight_type=getattr(QuantType, s.weight_type),
                          op_types_to_quantize=[op for op in QUANTIZED_OPS
                                                if attention or op != "Attention"],
-                         nodes_to_exclude=list(tied_decoder.NODES) + fp32,
+                         nodes_to_exclude=list(tied_decoder.NODES) + fp32 + biased,
                          extra_options={"MatMulConstBOnly": True})
         q = onnx.load(str(out))
     if tied is not None and fp32:
@@ -93,8 +97,11 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
             "embeddings": "QEmbedLayerNormalization, uint8 per tensor",
             "evidence": default_settings_summary()}
     if fp32:
-        info["embeddings"] = ("fp32 EmbedLayerNormalization: its position ids (RoBERTa's) have "
-                              "no QEmbedLayerNormalization input")
+        info["embeddings"] = ("fp32 EmbedLayerNormalization: its position ids (RoBERTa's, "
+                              "MPNet's) have no QEmbedLayerNormalization input")
+    if biased:
+        info["attention"] = ("fp32 Attention: its attention_bias (MPNet's relative positions) "
+                             "has no QAttention input")
     if tied is not None:
         info["tied_decoder"] = ("fp32 Gemm on the embedding's fp32 table (stored once)" if fp32
                                 else "MatMulInteger on the embedding's uint8 table (stored once)")
@@ -132,6 +139,13 @@ def _without_weights(proto: onnx.ModelProto, data: Path) -> onnx.ModelProto:
                                ("length", f.tell() - offset)):
                 t.external_data.add(key=key, value=str(value))
     return light
+
+
+def _biased_attention(proto: onnx.ModelProto) -> list[str]:
+    """Attention nodes that read an attention_bias (export/attention_bias.py): QAttention has
+    no such input, so quantizing them would drop the bias."""
+    return [n.name for n in proto.graph.node if n.op_type == "Attention"
+            and len(n.input) > ATTENTION_BIAS and n.input[ATTENTION_BIAS]]
 
 
 def _positioned_embeddings(proto: onnx.ModelProto, base_dir: Path | None = None) -> list[str]:

@@ -10,6 +10,8 @@ gate refuses gives way to the next, so what ships is the fastest one that passes
     s8-rr              quantize_dynamic of the fused graph     s8 per-channel, 7-bit  QAttention
     s8                 quantize_dynamic of the fused graph     s8 per-channel         QAttention
     s8-attention-fp32  quantize_dynamic, Attention left alone  s8 per-channel         fp32
+    s8-smooth          s8 after SmoothQuant (smooth.py)        s8 per-channel         QAttention
+    s8-rr-smooth       s8-rr after SmoothQuant                 s8 per-channel, 7-bit  QAttention
     nbits8             MatMulNBits, 8-bit blocks of 32, int8 compute (accuracy_level 4)
                                                                s8 blockwise           fp32
     static             quantize_static (QDQ), calibrated on real sentences
@@ -39,6 +41,7 @@ class Recipe:
     summary: str
     settings: Int8Settings = field(default_factory=Int8Settings)  # dynamic and static weights
     attention: bool = True               # quantize the fused Attention (dynamic only)
+    smooth: bool = False                 # SmoothQuant the MatMuls first (dynamic only)
 
     def record(self) -> dict:
         """What the manifest says about the recipe."""
@@ -59,6 +62,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("s8", "dynamic", "dynamic int8 of the fused graph, s8 per-channel weights", _S8),
     Recipe("s8-attention-fp32", "dynamic", "dynamic int8 of the fused graph's MatMuls and "
            "embedding; Attention kept fp32", _S8, attention=False),
+    # for activations with outlier channels (all-mpnet-base-v2's FFN inputs), where s8 is refused
+    Recipe("s8-smooth", "dynamic", "dynamic int8 of the fused graph after SmoothQuant, s8 "
+           "per-channel weights", _S8, smooth=True),
+    Recipe("s8-rr-smooth", "dynamic", "dynamic int8 of the fused graph after SmoothQuant, s8 "
+           "per-channel 7-bit weights", _S8_RR, smooth=True),
     Recipe("nbits8", "nbits", "MatMulNBits: 8-bit blockwise weights (block 32), int8 compute "
            "(accuracy_level 4); Attention and embedding kept fp32"),
     Recipe("static", "static", "static int8 (QDQ) of the fused graph's MatMuls, activations "
@@ -118,7 +126,7 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
     dynamic settings); returns the graph and the manifest's quantization record."""
     # lazy: quantize loads onnx and torch (via ..graph), and `bertonnx export --help` reads
     # this module's tables
-    from . import quantize
+    from . import quantize, smooth
 
     kind, how = resolve_target(options.target_cpu)
     if name == "custom":
@@ -126,24 +134,31 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
         info.update(recipe="custom", summary="dynamic int8 with the settings given")
     else:
         r = recipe(name)
-        if r.method == "dynamic":
+        if r.method == "dynamic" and r.smooth:
+            proto, n = smooth.smooth(proto, calibration_feeds(tokenizer, name), scratch)
+            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
+            info["smoothing"] = (f"SmoothQuant (alpha {smooth.ALPHA}) of {n} MatMuls, "
+                                 "activation maxima on export/texts.py's sentences")
+        elif r.method == "dynamic":
             q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
         elif r.method == "nbits":
             q, info = quantize.int8_nbits(proto)
         else:
-            q, info = quantize.int8_static(proto, calibration_feeds(tokenizer), r.settings,
-                                           scratch)
-        info.update(r.record())
+            q, info = quantize.int8_static(proto, calibration_feeds(tokenizer, name),
+                                           r.settings, scratch)
+        # quantize's word on the attention wins (an MPNet Attention stays fp32 whatever the
+        # recipe: export/int8/quantize.py)
+        info.update({k: v for k, v in r.record().items() if k != "attention" or k not in info})
     info.update(target=kind, target_chosen_by=how, evidence=TARGETS[kind].rationale)
     return q, info
 
 
-def calibration_feeds(tokenizer, batch: int = 8) -> list[dict]:
-    """Static int8's calibration batches: the real sentences of export/texts.py, right-padded
-    like the runtime pads them."""
+def calibration_feeds(tokenizer, recipe_name: str = "static", batch: int = 8) -> list[dict]:
+    """The calibration batches of static int8 and SmoothQuant: the real sentences of
+    export/texts.py, right-padded like the runtime pads them."""
     if tokenizer is None:
-        raise InputError("static int8 needs the tokenizer to calibrate on real text",
-                         "export with tokenizer files")
+        raise InputError(f"int8 recipe {recipe_name} needs the tokenizer to calibrate on real "
+                         "text", "export with tokenizer files")
     feeds = []
     for i in range(0, len(SENTENCES), batch):
         encs = tokenizer.encode_batch(list(SENTENCES[i:i + batch]))

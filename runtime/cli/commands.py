@@ -145,6 +145,28 @@ def _questions(values: dict) -> tuple[list, bool]:
     return [{"question": question, "context": context}], True
 
 
+def _ranking(values: dict) -> tuple[list, bool]:
+    """rerank: --query Q DOC...; --query Q --input FILE (a document a line); or --input FILE
+    of {"query", "documents"} objects, one ranking each."""
+    query, docs, input_file = values["query"], values["documents"], values["input_file"]
+    if docs and input_file:
+        raise InputError("give documents as arguments or --input FILE, not both", "pick one")
+    if input_file:
+        items = read_input_file(input_file)
+        if query is not None:
+            return [{"query": query, "documents": texts_of(items, input_file)}], True
+        if not all(isinstance(i, dict) for i in items):
+            raise InputError(f"{input_file} holds documents but no --query was given",
+                             'pass --query Q, or write lines like {"query": "...", '
+                             '"documents": ["...", ...]}')
+        return items, False
+    if query is None:
+        raise InputError("no --query", "pass --query Q DOC..., or --input FILE")
+    if not docs:
+        raise InputError("no documents to rank", "pass them after --query Q, or --input FILE")
+    return [{"query": query, "documents": list(docs)}], True
+
+
 _INPUT_HELP = "JSONL (one object or string a line) or plain text lines; - = stdin."
 _TEXTS = (click.Argument(["texts"], nargs=-1, metavar="TEXT..."),
           click.Option(["--input", "input_file"], metavar="FILE", default=None, help=_INPUT_HELP))
@@ -160,6 +182,13 @@ INPUT_FORMS = {
         click.Option(["--context", "-c"], default=None, help="The text to find the answer in."),
         click.Option(["--input", "input_file"], metavar="FILE", default=None,
                      help=_INPUT_HELP)), _questions),
+    ("query", "documents"): ((
+        click.Argument(["documents"], nargs=-1, metavar="DOC..."),
+        click.Option(["--query", "-q"], default=None, help="The query to rank DOC... for."),
+        click.Option(["--input", "input_file"], metavar="FILE", default=None,
+                     help="With --query: the documents, one a line (JSONL strings or text); "
+                          'without: JSONL {"query", "documents"} objects, one ranking each; '
+                          "- = stdin.")), _ranking),
 }
 
 

@@ -11,8 +11,6 @@ import json
 import click
 import numpy as np
 
-from ..core.postprocess import cosine_matrix
-
 
 def echo_json(obj) -> None:
     """The library's own result, as JSON."""
@@ -86,25 +84,58 @@ def _tokens(pipe, read, params) -> None:
 
 
 def _embed(pipe, read, params) -> None:
-    """The vectors' cosine similarities (one vector: its norm and first values)."""
+    """The vectors' similarities by the model's own function, cosine unless a
+    sentence-transformers folder says otherwise (one vector: its norm and first values)."""
     vecs = pipe(read.listed(), **{**params, "return_tensors": True})
     items = list(read.records)
     used = pipe.complete(params)   # the options given, the export's defaults for the rest
     click.echo(f"{len(items)} vector(s) of {vecs.shape[1]} dimensions ({used['pooling']} "
                f"pooling{', normalized' if used['normalize'] else ''})")
     if len(items) > 1:
-        sims = cosine_matrix(vecs)
+        sims = pipe.similarity(vecs, vecs)
         table([[f"[{i}] {short(t, 40)}", *sims[i].round(4).tolist()]
-               for i, t in enumerate(items)], ["cosine", *[f"[{i}]" for i in range(len(items))]])
+               for i, t in enumerate(items)],
+              [pipe.similarity_fn_name, *[f"[{i}]" for i in range(len(items))]])
     else:
         v = np.asarray(vecs[0])
         click.echo(f"norm {np.linalg.norm(v):.4f}  first values "
                    + " ".join(f"{x:+.4f}" for x in v[:8]))
 
 
+def _rerank(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    for example, ranked in zip(read.records, pipe.per_input(out, read)):
+        click.echo(short(example.query, 100))
+        table([[j + 1, r["corpus_id"], r["score"], short(example.documents[r["corpus_id"]])]
+               for j, r in enumerate(ranked)], ["rank", "doc", "score", "document"])
+        click.echo("")
+
+
+def _zero_shot(pipe, read, params) -> None:
+    out = pipe(read, **params)
+    rows = []
+    for text, res in zip(read.records, pipe.per_input(out, read)):
+        for j, (label, score) in enumerate(zip(res["labels"], res["scores"])):
+            rows.append([short(text) if j == 0 else "", label, score])
+    table(rows, ["text", "label", "score"])
+
+
+def _sparse(pipe, read, params, shown: int = 10) -> None:
+    """Each text's heaviest vocabulary weights, with their tokens."""
+    out = pipe(read, **{**params, "return_tokens": True})
+    for text, entries in zip(read.records, pipe.per_input(out, read)):
+        click.echo(f"{short(text, 100)}  ({len(entries)} non-zero weights"
+                   + (f", the {shown} heaviest shown; --json for all)" if len(entries) > shown
+                      else ")"))
+        table([[e["token"], e["index"], e["value"]] for e in entries[:shown]],
+              ["token", "index", "weight"])
+        click.echo("")
+
+
 SHOWN = {"fill-mask": _fill_mask, "text-classification": _classify,
          "question-answering": _qa, "token-classification": _tokens,
-         "feature-extraction": _embed}
+         "feature-extraction": _embed, "text-ranking": _rerank,
+         "zero-shot-classification": _zero_shot, "sparse-embedding": _sparse}
 
 
 def show(task: str, pipe, read, params: dict) -> None:

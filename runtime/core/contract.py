@@ -32,8 +32,12 @@ def hf_class(task: str, model_type: str = DEFAULT_MODEL_TYPE) -> str:
 
 # transformers class name -> the task its checkpoints serve, for every family. Torch-free, so a
 # folder's task can be told from its config.json `architectures` without the build package.
+# Several tasks run on one class (a ForSequenceClassification serves text-classification,
+# reranking and zero-shot): the first record in TASKS names the class's task; the others are
+# chosen by the folder (a CrossEncoder's files) or by --task.
 ARCHITECTURE_TASKS = MappingProxyType({
-    **{hf_class(t, m): t for t in TASKS for m in FAMILIES}, **PRETRAINING_ARCHITECTURES})
+    **{hf_class(t, m): t for t in reversed(TASKS) for m in FAMILIES},
+    **PRETRAINING_ARCHITECTURES})
 
 
 def task_of_architectures(architectures) -> str | None:

@@ -6,7 +6,11 @@ RoBERTa (and XLM-R, CamemBERT): position ids count non-padding tokens from pad_t
 token type, no pooler outside RobertaModel, a dense->tanh classifier on <s>. DistilBERT: no token
 types, no pooler, 1e-12 LayerNorms, pre_classifier->ReLU. ELECTRA: embeddings narrower than the
 encoder with a projection, no pooler, dense->GELU classifier, a GELU generator MLM head. ALBERT:
-factorized embeddings (always projected) and groups of layers reused across depth. Sources:
+factorized embeddings (always projected) and groups of layers reused across depth. MPNet:
+RoBERTa's positions, no token types, and a learned relative-position bias (T5's bidirectional
+buckets) computed once and added to every layer's attention scores. DeBERTa-v2/v3:
+disentangled attention (content-to-position and position-to-content scores over log-bucketed
+relative distances), no absolute positions or token types in v3, a ContextPooler. Sources:
 transformers 4.57's modeling_* and configuration_* of each family, and
 models/auto/tokenization_auto.py (TOKENIZER_MAPPING_NAMES) for the tokenizer classes.
 
@@ -50,6 +54,25 @@ class Family:
     # order head dropped), or ELECTRA's discriminator, whose encoder serves feature extraction
     pretraining_serves: str | None = None
     builds_pretraining: bool = False  # bertonnx's own "pretraining" task (MLM + NSP heads)
+    # MPNet: a learned bias per (head, bucketed relative distance), added to every layer's
+    # attention scores (build/mpnet.py)
+    relative_bias: bool = False
+    # BertConfig fields only this family's config.json has (build/config.py marks them
+    # family-only; the other families neither read nor write them)
+    own_fields: frozenset = frozenset()
+    # "disentangled": DeBERTa's attention, with its own embeddings and relative positions
+    # (build/deberta.py); "sdpa": BERT's scaled dot-product attention
+    attention: str = "sdpa"
+    # onnxruntime's optimizer makes one Attention per layer and one EmbedLayerNormalization
+    # (export/fusion.py checks it); False where it has no pattern for the family's attention
+    fully_fused: bool = True
+    # ModernBERT (build/modernbert.py): "pre"-LN layers with a final norm (else BERT's post-LN);
+    # a gated feed-forward ("geglu", else BERT's "mlp"); its own heads on a dense -> act -> norm
+    # prediction head ("prediction", else build/heads.py's "bert" ones). Its `attention`
+    # "rotary" has no position table: rotary queries and keys, global and windowed layers.
+    norm: str = "post"
+    ffn: str = "mlp"
+    heads: str = "bert"
     ort_model_type: str = "bert"      # onnxruntime transformer optimizer's model_type (fusion)
     # config.json names where they differ from BertConfig's: {HF name: our field}
     config_names: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
@@ -107,6 +130,56 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({f.model_type: f for f in (
                                       "hidden_dropout_prob": 0.0,
                                       "attention_probs_dropout_prob": 0.0,
                                       "classifier_dropout": 0.1})),
+    # MPNet: RoBERTa's positions and classifier, no token types, and a relative-position bias
+    # table (relative_attention_num_buckets rows) shared by every layer
+    Family("mpnet", "MPNet", "MPNet", "MPNetTokenizer", "mpnet", positions_from_padding=True,
+           token_types=False, classifier="dense", classifier_act="tanh", mlm_act="gelu",
+           relative_bias=True, own_fields=frozenset({"relative_attention_num_buckets"}),
+           # its classifier's dropout is hidden_dropout_prob: no classifier_dropout field
+           fixed=MappingProxyType({**_PLAIN, "type_vocab_size": 0, "classifier_dropout": None}),
+           defaults=MappingProxyType({"pad_token_id": 1, "vocab_size": 30527}),
+           hf_constants=_EMPTY),
+    # DeBERTa-v2/v3: disentangled attention over log-bucketed relative positions (v3: no
+    # absolute positions, no token types), BERT's MLM head under one of two names (`legacy`),
+    # and the sequence classifier's ContextPooler (dense -> pooler_hidden_act) as the pooler
+    Family("deberta-v2", "DeBERTa-v2", "DebertaV2", "DebertaV2Tokenizer", "deberta",
+           projection="if-narrower", pooler_tasks=frozenset({"text-classification"}),
+           attention="disentangled", fully_fused=False,
+           own_fields=frozenset({"relative_attention", "max_relative_positions",
+                                 "position_buckets", "pos_att_type", "share_att_key",
+                                 "norm_rel_ebd", "position_biased_input", "pooler_hidden_act",
+                                 "legacy"}),
+           # its classifier drops out by cls_dropout, a training-only setting not read here
+           fixed=MappingProxyType({**_FLAT, "classifier_dropout": None}),
+           defaults=MappingProxyType({"vocab_size": 128100, "hidden_size": 1536,
+                                      "num_hidden_layers": 24, "num_attention_heads": 24,
+                                      "intermediate_size": 6144, "type_vocab_size": 0,
+                                      "layer_norm_eps": 1e-7, "pooler_hidden_act": "gelu",
+                                      "legacy": True}),
+           hf_constants=_EMPTY),
+    # ModernBERT: pre-LN layers without biases, rotary attention (global every n-th layer, a
+    # sliding window in the others), a GeGLU feed-forward, no position table or token types,
+    # and its own heads on a dense -> act -> norm prediction head (build/modernbert.py)
+    Family("modernbert", "ModernBERT", "ModernBert", "PreTrainedTokenizer", "model",
+           token_types=False, pooler_tasks=frozenset(), attention="rotary", fully_fused=False,
+           norm="pre", ffn="geglu", heads="prediction",
+           own_fields=frozenset({"global_rope_theta", "local_rope_theta",
+                                 "global_attn_every_n_layers", "local_attention",
+                                 "classifier_pooling", "classifier_activation",
+                                 "attention_bias", "mlp_bias", "norm_bias", "classifier_bias",
+                                 "decoder_bias"}),
+           config_names=MappingProxyType({
+               "hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps",
+               "attention_dropout": "attention_probs_dropout_prob",
+               "mlp_dropout": "hidden_dropout_prob"}),
+           fixed=MappingProxyType({**_PLAIN, "type_vocab_size": 0}),
+           defaults=MappingProxyType({
+               "vocab_size": 50368, "intermediate_size": 1152, "num_hidden_layers": 22,
+               "max_position_embeddings": 8192, "layer_norm_eps": 1e-5, "pad_token_id": 50283,
+               "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+               "classifier_dropout": 0.0, "attention_bias": False, "mlp_bias": False,
+               "norm_bias": False, "classifier_bias": False}),
+           hf_constants=_EMPTY),
 )})
 
 

@@ -35,7 +35,7 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
 _FIELD_TYPES = {"task": str, "opset": int, "exporter": str, "inputs": dict, "outputs": dict,
                 "optimized": bool, "quantization": dict, "fused_ops": dict, "parity": dict,
                 "config": dict, "files": dict, "versions": dict, "source": str, "created": str,
-                "defaults": dict, "untrained_head": dict}
+                "defaults": dict, "untrained_head": dict, "sentence_transformers": dict}
 
 
 @dataclass
@@ -57,6 +57,10 @@ class Manifest:
     # parameter -> this export's own default, over the task record's: what the model's folder
     # chose (Pipeline.folder_defaults: a sentence-transformers folder's pooling and normalize)
     defaults: dict = field(default_factory=dict)
+    # a sentence-transformers folder's modules after the encoder (Pooling, Dense, Normalize),
+    # its maximum length, lowercasing and prompts: runtime/core/sentence_transformers.py
+    # SentenceStack.to_json; {} for any other model
+    sentence_transformers: dict = field(default_factory=dict)
     # {} for a head the checkpoint trained for `task`; else which weights were initialised
     # rather than loaded, or came from another task's head (runtime/core/untrained.py)
     untrained_head: dict = field(default_factory=dict)

@@ -8,7 +8,7 @@ rules are strict where transformers is loose: a boolean is `true`/`false`, not a
 ("false" is a non-empty string); an integer is an int, not 1e30 or True; a list of labels is a
 list, not a string to iterate ("PER" would be {P, E, R}).
 
-    Param("top_k", integer(1), 5, ...), Param("pooling", choice(POOLINGS), "mean", ...)
+    Param("top_k", integer(1), 5, ...), Param("pooling", joined(POOLING_MODES), "mean", ...)
 """
 from __future__ import annotations
 
@@ -34,11 +34,14 @@ class Rule:
     ok: Callable[[Any, Any], str | None]
     example: str          # a value that works, for the error's fix
     # what the rule takes, for the command line's option types: "int", "bool", "choice",
-    # "strings" or "other"; an int's bounds (`high` None: a bound the model decides, or none)
+    # "joined", "text", "strings" or "other"; an int's bounds (`high` None: a bound the model
+    # decides, or none)
     kind: str = "other"
     low: int | None = None
     high: int | None = None
     options: tuple[str, ...] = ()
+    # an int's upper bound when the model decides it: pipeline -> bound (/openapi.json's maximum)
+    limit: Callable[[Any], int] | None = None
 
     def check(self, name: str, value, pipeline) -> None:
         want = self.ok(value, pipeline)
@@ -68,7 +71,7 @@ def integer(low: int, high: int | Callable | None = None, *, none: bool = False,
         note = " (the model's limit)" if callable(high) else ""
         return f"an integer from {low} to {top}{note}" + (", or null" if none else "")
     return Rule(ok, str(example if example is not None else max(low, 1)), "int", low,
-                high if isinstance(high, int) else None)
+                high if isinstance(high, int) else None, limit=high if callable(high) else None)
 
 
 def boolean() -> Rule:
@@ -86,6 +89,34 @@ def choice(options, *, none: bool = False, fold_case: bool = False) -> Rule:
     return Rule(ok, repr(options[0]), "choice", options=tuple(options))
 
 
+def joined(options, *, alone: tuple[str, ...] = (), sep: str = "+") -> Rule:
+    """One of `options`, or several joined by `sep` ("cls+mean": feature-extraction's
+    pooling modes, concatenated in that order), or one of `alone` on its own."""
+    def ok(v, pipe):
+        if isinstance(v, str) and (v in alone or (
+                v and all(part in options for part in v.split(sep)))):
+            return None
+        return ("one of " + ", ".join(map(repr, (*options, *alone)))
+                + f", or modes joined by {sep!r}")
+    return Rule(ok, repr(options[0]), "joined", options=(*options, *alone))
+
+
+def text(*, among: Callable | None = None) -> Rule:
+    """A string or null; `among(pipeline)`, where given, names the strings it may be (an
+    export's own, e.g. its prompt names)."""
+    def ok(v, pipe):
+        if v is None:
+            return None
+        if among is None or pipe is None:
+            return None if isinstance(v, str) else "a string or null"
+        names = list(among(pipe))
+        if isinstance(v, str) and v in names:
+            return None
+        return ("one of " + ", ".join(map(repr, names)) + " or null" if names
+                else "null (this model has none)")
+    return Rule(ok, '"query"' if among else '"query: "', "text")
+
+
 def strings(*, single: bool, none: bool = True, words: bool = False) -> Rule:
     """A list of strings (`single`: or one string); `words`: not empty, none of them blank
     (fill-mask's targets: an empty list would score nothing, not everything)."""
@@ -101,6 +132,19 @@ def strings(*, single: bool, none: bool = True, words: bool = False) -> Rule:
             f"a non-empty list of {what}s" if words else f"a list of {what}s") + (
             " or null" if none else "")
     return Rule(ok, '["PER", "LOC"]' if not single else '["word"]', "strings")
+
+
+def template(example: str) -> Rule:
+    """A string with one "{}" that str.format fills (zero-shot's hypothesis_template): one that
+    formats to itself, or cannot be formatted, is refused, as transformers refuses it."""
+    def ok(v, pipe):
+        try:
+            if isinstance(v, str) and v.format("x") != v:
+                return None
+        except (IndexError, KeyError, ValueError):
+            pass
+        return 'a string with "{}" where the label goes'
+    return Rule(ok, repr(example))
 
 
 def top_k_or_all(left_out) -> Rule:

@@ -233,15 +233,35 @@ def merge_overlapping(starts: np.ndarray, ends: np.ndarray, scores: np.ndarray) 
 
 
 
-def pool(hidden: np.ndarray, attention_mask: np.ndarray, pooling: str) -> np.ndarray:
-    """(B, T, H) → (B, H). mean = average over attended tokens ([CLS], [SEP] included, as
-    sentence-transformers does); cls = the first token's vector."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "mean":
-        m = attention_mask[:, :, None].astype(hidden.dtype)
-        return (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-    raise ValueError(pooling)
+def pool(hidden: np.ndarray, attention_mask: np.ndarray, modes) -> np.ndarray:
+    """(B, T, H) -> (B, H · len(modes)): each mode's vector over the attended tokens,
+    concatenated in order, as sentence-transformers' Pooling computes them on right-padded
+    rows (`_forward_padded`). mean counts [CLS] and [SEP]; cls is the first attended token
+    (the first one unless prompt tokens were masked out); max fills masked tokens with -inf;
+    weightedmean weighs token t by t + 1; lasttoken is the last attended one."""
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    B, T, _ = hidden.shape
+    rows = np.arange(B)
+    m = attention_mask[:, :, None].astype(hidden.dtype)                # (B, T, 1)
+    out = []
+    for mode in modes:
+        if mode == "cls":
+            out.append(hidden[rows, attention_mask.argmax(1)])
+        elif mode == "max":
+            out.append(np.where(m > 0, hidden, -np.inf).max(1).astype(hidden.dtype))
+        elif mode in ("mean", "mean_sqrt_len_tokens"):
+            total, count = (hidden * m).sum(1), np.maximum(m.sum(1), 1e-9)
+            out.append(total / (count if mode == "mean" else np.sqrt(count)))
+        elif mode == "weightedmean":
+            w = m * np.arange(1, T + 1, dtype=hidden.dtype)[None, :, None]
+            out.append((hidden * w).sum(1) / np.maximum(w.sum(1), 1e-9))
+        elif mode == "lasttoken":
+            flipped = attention_mask[:, ::-1]
+            back = np.where(flipped.max(1) == 0, T - 1, flipped.argmax(1))  # none: the last
+            out.append((hidden * m)[rows, T - back - 1])
+        else:
+            raise ValueError(mode)
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=-1)
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
@@ -251,6 +271,25 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 def cosine_matrix(x: np.ndarray) -> np.ndarray:
     y = l2_normalize(np.asarray(x, dtype=np.float32))
     return y @ y.T
+
+
+# sentence-transformers' similarity functions (util/similarity.py; SimilarityFunction values)
+SIMILARITIES = ("cosine", "dot", "euclidean", "manhattan")
+
+
+def similarity(a: np.ndarray, b: np.ndarray, fn: str = "cosine") -> np.ndarray:
+    """(N, D) x (M, D) -> (N, M), higher is more similar: cosine, dot product, or the
+    negative euclidean or manhattan distance."""
+    if fn == "cosine":
+        return l2_normalize(a) @ l2_normalize(b).T
+    if fn == "dot":
+        return a @ b.T
+    diff = a[:, None, :] - b[None, :, :]
+    if fn == "euclidean":
+        return -np.sqrt((diff ** 2).sum(-1))
+    if fn == "manhattan":
+        return -np.abs(diff).sum(-1)
+    raise ValueError(fn)
 
 
 # ---------------------------------------------------------------- text

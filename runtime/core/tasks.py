@@ -13,176 +13,29 @@ per-task output table (`TasksManager`), TEI's typed request structs
 (router/src/http/types.rs).
 
 Adding a task is adding a record here, its pipeline module under pipelines/, and its tests.
+The record types (Task, Param, Flag) are in records.py.
 """
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, field
 from importlib import import_module
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
-from .bounds import MAX_BATCH_SIZE
 from .errors import ConfigError, InputError
-from .parameters import MAX_TOP_K, Rule, boolean, choice, integer, strings, top_k_or_all
+# the record types, re-exported: the table's readers import them from here
+from .records import BATCH_SIZE, LEGACY, SAME, Flag, Param, Task  # noqa: F401
+from .parameters import (MAX_TOP_K, Rule, boolean, choice, integer, joined, strings,
+                         template, text, top_k_or_all)
 
 BATCH, SEQUENCE = "batch", "sequence"
 # The options of the parameters below (postprocess.py implements each)
 FUNCTIONS = ("default", "sigmoid", "softmax", "none")             # text-classification
 AGGREGATIONS = ("none", "simple", "first", "average", "max")      # token-classification
-POOLINGS = ("mean", "cls", "none")                                # feature-extraction
+# feature-extraction: sentence-transformers' Pooling modes, alone or joined by "+"; or "none"
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+ACTIVATIONS = ("sigmoid", "identity", "tanh")                     # text-ranking
 _BS = MappingProxyType({0: BATCH, 1: SEQUENCE})
 _B = MappingProxyType({0: BATCH})
-
-
-class _Same:
-    def __repr__(self) -> str:
-        return "SAME"
-
-
-SAME = _Same()  # a CLI default that is the library's
-
-
-class _Legacy:
-    """text-classification's top_k left out: transformers' pre-top_k output shape."""
-
-    def __repr__(self) -> str:
-        return "<best label only>"
-
-    def __reduce__(self):  # unpickled (a Ray actor's parameters) as the one LEGACY, not a copy
-        return "LEGACY"
-
-
-LEGACY = _Legacy()
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How the command line spells a parameter where it differs from the library: the flag is
-    `--` + the name with dashes; `parse` turns the flag's text into the value (comma lists,
-    "all"), `options`/`low` narrow what the CLI offers, `old` are hidden older spellings.
-
-    `default` is what --help shows: the library's default (SAME), or its spelling on the
-    command line where the library's value has none (None, LEGACY). It is never another
-    behaviour: a command passes only the options given, so a left-out one is the pipeline's
-    default, the export's own included (tests/runtime/test_entry_points.py)."""
-
-    default: Any = SAME
-    parse: Callable[[str], Any] | None = None
-    metavar: str | None = None
-    options: tuple[str, ...] | None = None
-    low: int | None = None
-    negatable: bool = False      # a boolean shown as --x/--no-x (else a plain --x switch)
-    old: tuple[str, ...] = ()
-    help: str | None = None      # where the CLI's words differ (e.g. its default's shape)
-
-
-@dataclass(frozen=True)
-class Param:
-    """One keyword argument of a task's pipeline, declared once."""
-
-    name: str
-    rule: Rule                   # type and limits: the pipeline, the server and /v2 check it
-    default: Any
-    help: str
-    flag: Flag | None = Flag()   # None: not a command-line option
-    request: bool = True         # a /predict (and bulk) request may set it
-    v2: bool | Rule = True       # a /v2 request may set it; a Rule narrows it (ragged outputs)
-
-    @property
-    def option(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-
-# what every task's call takes beside its own parameters (the server decides batching)
-BATCH_SIZE = Param("batch_size", integer(1, MAX_BATCH_SIZE, none=True, example=32), None,
-                   "Sequences per onnxruntime call (the pipeline's own when left out).",
-                   flag=None, request=False, v2=False)
-
-
-@dataclass(frozen=True)
-class Task:
-    """Everything bertonnx says about one task."""
-
-    name: str                    # also transformers' pipeline task name
-    aliases: tuple[str, ...]     # transformers' other names for the task
-    head: str                    # the build side's head on the encoder (build/heads.py HEADS)
-    hf_suffix: str               # transformers class of the task, less the family's prefix
-    outputs: tuple               # ((graph output name, dynamic axes), ...) in the model's order
-    # The output's one fixed (non-batch, non-sequence) axis and the config.json field that
-    # sizes it; Triton needs the number when the graph leaves the axis symbolic.
-    fixed_axis: tuple[int, str] | None
-    command: str                 # the `bertonnx` inference command
-    summary: str                 # its one line in `bertonnx --help`
-    pipeline: str                # "module:Class" under bertonnx.runtime.core.pipelines
-    inputs: tuple[str, ...]      # the fields of one input (a table row's columns, v2 tensors)
-    params: tuple[Param, ...] = field(default=())
-    _: KW_ONLY
-    # build/losses.py loss_items (via build/heads.py TaskSpec): the loss is a mean over tokens
-    per_token: bool
-    # export/agreement.py MEASURES: how an int8 graph's agreement with fp32 is judged
-    agreement: str
-    # runtime/bulk (job.py, ray.py: a list<float32> column) and bench: the answer is a vector
-    vector_output: bool
-    # bench/inputs.py task_inputs (and footprint's commands): (text, mask token) -> one input
-    example: Callable[[str, str], Any]
-    # bench/engines.py: transformers' pipeline is called with truncation=True and max_length
-    hf_truncation: bool
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.outputs)
-
-    @property
-    def parameters(self) -> Mapping[str, Param]:
-        """name -> Param, the task's own and batch_size."""
-        return MappingProxyType({p.name: p for p in (*self.params, BATCH_SIZE)})
-
-    @property
-    def rules(self) -> dict[str, Rule]:
-        return {p.name: p.rule for p in self.parameters.values()}
-
-    @property
-    def request_parameters(self) -> frozenset[str]:
-        """What a /predict request's "parameters" may set."""
-        return frozenset(p.name for p in self.params if p.request)
-
-    @property
-    def v2_parameters(self) -> dict[str, Rule | None]:
-        """What a /v2 request's "parameters" may set: name -> a narrower Rule, or None."""
-        return {p.name: p.v2 if isinstance(p.v2, Rule) else None
-                for p in self.params if p.v2 is not False}
-
-    def complete(self, params: Mapping) -> dict:
-        """`params` with every parameter left out at its default (names already checked)."""
-        return {name: params.get(name, p.default) for name, p in self.parameters.items()}
-
-    def unknown(self, params: Mapping) -> list[str]:
-        return sorted(set(params) - set(self.parameters))
-
-    def output_problems(self, shapes: dict[str, list], config: dict) -> list[str]:
-        """What is wrong with a graph's outputs (`shapes`: name -> declared shape) for this
-        task: a missing output, the wrong rank (a fill-mask graph's (B, T, V) logits read as a
-        classifier's (B, L)), or a fixed axis config.json sizes otherwise."""
-        problems = []
-        for name, axes in self.outputs:
-            if name not in shapes:
-                problems.append(f"no output {name}")
-                continue
-            rank = max([*axes, *(self.fixed_axis[:1] if self.fixed_axis else ())]) + 1
-            shape = shapes[name]
-            if len(shape) != rank:
-                problems.append(f"{name} has {len(shape)} axes, not {rank}")
-            elif self.fixed_axis is not None:
-                axis, field_ = self.fixed_axis
-                want = config.get(field_)
-                if field_ == "num_labels" and want is None and isinstance(config.get("id2label"),
-                                                                          dict):
-                    want = len(config["id2label"])
-                if isinstance(shape[axis], int) and isinstance(want, int) and shape[axis] != want:
-                    problems.append(f"{name} axis {axis} is {shape[axis]}, config.json's "
-                                    f"{field_} {want}")
-        return problems
-
 
 def _words(value: str) -> list[str]:
     """fill-mask's --targets: comma-separated words (none at all is refused: it would score
@@ -215,6 +68,11 @@ def _masked(text: str, mask_token: str) -> str:
 def _question(text: str, mask_token: str) -> dict:
     """question-answering's input: the text as the context, its first six words the question."""
     return {"question": " ".join(text.split()[:6]) + "?", "context": text}
+
+
+def _ranked(text: str, mask_token: str) -> dict:
+    """text-ranking's input: the text as the one document, its first six words the query."""
+    return {"query": " ".join(text.split()[:6]), "documents": [text]}
 
 
 def _top_k_or_all(value: str | None):
@@ -293,14 +151,13 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
     Task("feature-extraction", (), "identity", "Model", (("last_hidden_state", _BS),),
          (2, "hidden_size"), "embed", "Sentence embeddings and cosines.",
          "feature_extraction:FeatureExtractionPipeline", ("text",), (
-        # An export made from a sentence-transformers folder defaults to that folder's own
-        # pooling and normalize (its Pooling and Normalize modules, recorded at export:
-        # FeatureExtractionPipeline.folder_defaults, Manifest.defaults).
-        # pooling "none" (a [T, H] matrix per text) would make /v2 rows ragged
-        Param("pooling", choice(POOLINGS), "mean",
-              "How token vectors become one vector (an export of a sentence-transformers "
-              "folder: the folder's by default).",
-              Flag(options=("mean", "cls")), v2=choice(("mean", "cls"))),
+        # An export of a sentence-transformers folder runs its modules (Pooling, Dense,
+        # Normalize: runtime/core/sentence_modules.py) with its pooling, normalize and prompt
+        # as defaults. pooling "none" (a [T, H] matrix per text) would make /v2 rows ragged
+        Param("pooling", joined(POOLING_MODES, alone=("none",)), "mean",
+              "How token vectors become one: " + ", ".join(POOLING_MODES) + ", several joined "
+              "by '+', or none (token vectors); a sentence-transformers folder's own by default.",
+              Flag(metavar="MODE[+MODE]"), v2=joined(POOLING_MODES)),
         # Unit vectors by default, on every entry point: what sentence embeddings are used for
         # (cosine search) and what the other embedding APIs return — OpenAI's embeddings,
         # TEI's /embed (`normalize` defaults to true: router/src/http/types.rs, EmbedRequest)
@@ -311,9 +168,58 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "Unit-length vectors (cosine similarity = dot product; an export of a "
               "sentence-transformers folder: as the folder chose by default).",
               Flag(negatable=True)),
+        # sentence-transformers' encode(prompt_name=, prompt=), put before each text
+        Param("prompt_name", text(among=lambda pipe: pipe.prompts), None,
+              "One of the model's prompts, by name [default: its default prompt, if any]."),
+        Param("prompt", text(), None, "A prompt (wins over prompt_name; '' for none)."),
         Param("return_tensors", boolean(), False, "numpy arrays instead of lists.",
               flag=None, request=False, v2=False),
     ), per_token=False, agreement="cosine", vector_output=True, example=_text,
+        hf_truncation=False),
+    # SPLADE: the MLM head's logits pooled inside the graph (build/heads.py SpladeHead), so the
+    # graph answers (B, V) and never hands out the (B, T, V) logits; pipelines/sparse_embedding
+    Task("sparse-embedding", (), "splade", "ForMaskedLM", (("sparse_embedding", _B),),
+         (1, "vocab_size"), "embed-sparse", "Sparse (SPLADE) vocabulary weights of texts.",
+         "sparse_embedding:SparseEmbeddingPipeline", ("text",), (
+        # sentence-transformers' SparseEncoder.decode(top_k=...); null keeps every non-zero
+        Param("top_k", integer(1, MAX_TOP_K, none=True, example=64), None,
+              "Keep the k largest weights of each text (default: every non-zero one)."),
+        Param("return_tokens", boolean(), False,
+              "Name each index's vocabulary token (\"token\")."),
+    ), per_token=False, agreement="sparse", vector_output=False, example=_text,
+        hf_truncation=False),
+    # A sequence classifier of one label scoring (query, document) pairs: a cross-encoder
+    # (sentence-transformers' CrossEncoder.rank; pipelines/text_ranking.py). Over /v2 a row is
+    # one pair and its score (a ranked list per query would make the rows ragged).
+    Task("text-ranking", (), "sequence", "ForSequenceClassification", (("logits", _B),),
+         (1, "num_labels"), "rerank", "Rerank documents for a query (a cross-encoder).",
+         "text_ranking:TextRankingPipeline", ("query", "documents"), (
+        Param("top_k", integer(1, MAX_TOP_K, none=True, example=10), None,
+              "The best k documents (default: every one).", v2=False),
+        Param("return_documents", boolean(), False, 'Each result holds its document ("text").',
+              v2=False),
+        Param("raw_scores", boolean(), False, "The model's logits, no activation."),
+        # a CrossEncoder folder's own activation, recorded at export (Manifest.defaults)
+        Param("activation_fn", choice(ACTIVATIONS), "sigmoid", "What turns logits into scores.",
+              flag=None, request=False, v2=False),
+    ), per_token=False, agreement="ranking", vector_output=False, example=_ranked,
+        hf_truncation=False),
+    # An NLI classifier asked whether each text entails "This example is {label}." for every
+    # candidate label (transformers' ZeroShotClassificationPipeline;
+    # pipelines/zero_shot_classification.py). Over /v2 every row has the request's labels.
+    Task("zero-shot-classification", (), "sequence", "ForSequenceClassification",
+         (("logits", _B),), (1, "num_labels"), "zero-shot",
+         "Classify texts into labels named at run time (an NLI model).",
+         "zero_shot_classification:ZeroShotClassificationPipeline", ("text",), (
+        Param("candidate_labels", strings(single=True, words=True), None,
+              "The labels to choose from: a list, or one comma-separated string (required).",
+              Flag(metavar="LABELS", help="Comma-separated labels to choose from (required)."),
+              required=True),
+        Param("hypothesis_template", template("This example is {}."), "This example is {}.",
+              "The hypothesis each label is put in."),
+        Param("multi_label", boolean(), False,
+              "Labels are independent (each scored entailment against contradiction)."),
+    ), per_token=False, agreement="pair-argmax", vector_output=False, example=_text,
         hf_truncation=False),
 )})
 

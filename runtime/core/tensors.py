@@ -15,6 +15,10 @@ proposals of the one mask), so the tensors are a new layout of the same numbers:
     token-classification  text                        entities BYTES [N]: each the pipeline's
                                                       list of entities as JSON
     feature-extraction    text                        embedding FP32 [N, H]
+    text-ranking          query, document (a pair     score FP32 [N], in row order (a ranked
+                          a row)                      list per query would be ragged)
+    zero-shot-            text                        labels BYTES, scores FP32 — both [N,
+    classification                                    labels], each row's sorted
 """
 from __future__ import annotations
 
@@ -70,8 +74,16 @@ class TaskTensors:
 
 
 def hidden_size(pipe) -> int:
-    """The width of the model's vectors: the graph's output axis where it is a number, else
-    config.json's, however the family spells it (families.py `config_spellings`)."""
+    """The width of the vectors the pipeline answers: its own `dimension` where it has one (a
+    sentence-transformers export's Dense modules or concatenated poolings change it), else the
+    model's token vectors' (`token_width`)."""
+    own = getattr(pipe, "dimension", None)
+    return own if isinstance(own, int) else token_width(pipe)
+
+
+def token_width(pipe) -> int:
+    """The width of the model's token vectors: the graph's output axis where it is a number,
+    else config.json's, however the family spells it (families.py `config_spellings`)."""
     width = pipe.session.output_shapes.get("last_hidden_state", [None] * 3)[-1]
     if isinstance(width, int):
         return width

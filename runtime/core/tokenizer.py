@@ -114,7 +114,8 @@ class TextTokenizer:
                                     "copy the tokenizer files next to the model")
             family = declared or fam.guessed_family(slow, has_cls=False)
             specials = fam.special_tokens(family, cfg, special_map, slow=True)
-            backend = fam.from_slow_file(folder / slow, cfg, specials, legacy_added)
+            backend = fam.from_slow_file(folder / slow, cfg, specials, legacy_added,
+                                         family.pair_seps)
         fam.apply_config(backend, cfg, declared)
         fam.add_missing_tokens(backend, cfg, specials, legacy_added)
         max_len = cfg.get("model_max_length")

@@ -32,6 +32,7 @@ _BERT = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_
          "mask_token": "[MASK]"}
 _ROBERTA = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
             "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
+_MPNET = {**_ROBERTA, "unk_token": "[UNK]"}
 _ALBERT = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>", "sep_token": "[SEP]",
            "pad_token": "<pad>", "cls_token": "[CLS]", "mask_token": "[MASK]"}
 # BertTokenizerFast's keyword defaults, which win over tokenizer.json's normalizer
@@ -55,6 +56,13 @@ class Family:
     slow_flags: dict = field(default_factory=dict, hash=False)
     # the slow class's clean_up_tokenization_spaces default (the fast classes' is False)
     slow_cleanup: bool = False
+    # flags the fast class itself gives every str special token, whichever files it reads
+    # (MPNetTokenizerFast wraps each in AddedToken(lstrip=False, rstrip=False): normalized)
+    str_flags: dict = field(default_factory=dict, hash=False)
+    # tokenize_chinese_chars from tokenizer_config wins over the backend's (MPNetTokenizerFast
+    # re-applies only do_lower_case and strip_accents)
+    chinese_option: bool = True
+    pair_seps: int = 1              # separators between a pair's two texts (MPNet: </s></s>)
 
     @property
     def model_input_names(self) -> list[str]:
@@ -79,13 +87,24 @@ FAMILIES = (
            token_types=False, additional=("<s>NOTUSED", "</s>NOTUSED", "<unk>NOTUSED"),
            slow="sentencepiece.bpe.model"),
     Family("AlbertTokenizer", _ALBERT, _LSTRIP, slow="spiece.model"),
+    # SentencePiece Unigram, [CLS] A [SEP] B [SEP] with token types (DebertaV2Converter)
+    Family("DebertaV2Tokenizer", {**_ALBERT, "unk_token": "[UNK]", "pad_token": "[PAD]"},
+           slow="spm.model"),
+    # WordPiece with RoBERTa's specials (but [UNK]) and pairs (MPNetConverter)
+    Family("MPNetTokenizer", _MPNET, {"lstrip": True, "rstrip": False, "normalized": True},
+           token_types=False, bert_normalizer=True, slow_cleanup=True,
+           str_flags={"lstrip": False, "rstrip": False, "normalized": True},
+           chinese_option=False, pair_seps=2),
+    # the base class (ModernBERT's): no special tokens of its own, tokenizer.json only
+    Family("PreTrainedTokenizer", {}),
 )
 _BY_NAME = {f.name: f for f in FAMILIES}
 # a folder that names no known class: guess from what the backend is (or the slow file it has)
 _BY_MODEL = {"WordPiece": "BertTokenizer", "BPE": "RobertaTokenizer",
              "vocab.txt": "BertTokenizer", "vocab.json": "RobertaTokenizer",
-             "spiece.model": "AlbertTokenizer", "sentencepiece.bpe.model": "XLMRobertaTokenizer"}
-SPM_FILES = ("spiece.model", "sentencepiece.bpe.model")
+             "spiece.model": "AlbertTokenizer", "sentencepiece.bpe.model": "XLMRobertaTokenizer",
+             "spm.model": "DebertaV2Tokenizer"}
+SPM_FILES = ("spiece.model", "sentencepiece.bpe.model", "spm.model")
 SLOW_FILES = ("vocab.txt", "vocab.json", *SPM_FILES)
 
 
@@ -144,7 +163,7 @@ def special_tokens(family: Family, cfg: dict, special_map: dict, slow: bool = Fa
                   for k, v in special_map.items()}
         values.update({a: legacy[a] for a in SPECIAL_ATTRIBUTES if a in legacy})
         extra += [t for t in legacy.get("additional_special_tokens") or [] if t not in extra]
-    plain = (family.slow_flags or None) if slow else None
+    plain = family.str_flags or ((family.slow_flags or None) if slow else None)
     out = {a: _token(v, family.mask_flags if a == "mask_token" else plain)
            for a, v in values.items()}
     out["additional_special_tokens"] = [_token(t) for t in extra]
@@ -209,6 +228,8 @@ def apply_config(backend: Tokenizer, cfg: dict, family: Family | None) -> None:
         have = {"do_lower_case": norm.lowercase, "strip_accents": norm.strip_accents,
                 "tokenize_chinese_chars": norm.handle_chinese_chars}
         options = {k: cfg.get(k, d) for k, d in _BERT_NORMALIZER.items()}
+        if not family.chinese_option:
+            options["tokenize_chinese_chars"] = have["tokenize_chinese_chars"]
         if options != have:
             backend.normalizer = bert_normalizer({**options, "clean_text": norm.clean_text})
     post = backend.post_processor
@@ -233,8 +254,10 @@ def _read_text(path: Path, what: str) -> str:
                             f"restore the file ({what} files are UTF-8)") from e
 
 
-def wordpiece_from_vocab(vocab_file: Path, cfg: dict, specials: dict) -> Tokenizer:
-    """transformers' BertConverter on the slow BertTokenizer's vocab.txt."""
+def wordpiece_from_vocab(vocab_file: Path, cfg: dict, specials: dict,
+                         pair_seps: int = 1) -> Tokenizer:
+    """transformers' BertConverter on the slow BertTokenizer's vocab.txt (MPNetConverter's:
+    `pair_seps` 2, two separators between a pair's texts)."""
     vocab: dict[str, int] = {}
     try:
         with open(vocab_file, encoding="utf-8") as f:
@@ -251,8 +274,9 @@ def wordpiece_from_vocab(vocab_file: Path, cfg: dict, specials: dict) -> Tokeniz
     backend = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
     backend.normalizer = bert_normalizer({**_BERT_NORMALIZER, **cfg})
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    seps = " ".join([f"{sep}:0"] * pair_seps)
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {seps} $B:1 {sep}:1",
         special_tokens=[(cls_, vocab[cls_]), (sep, vocab[sep])])
     backend.decoder = decoders.WordPiece(prefix="##")
     return backend
@@ -288,9 +312,10 @@ def bpe_from_vocab(folder: Path, cfg: dict, specials: dict, legacy_added: dict) 
     return backend
 
 
-def from_slow_file(path: Path, cfg: dict, specials: dict, legacy_added: dict) -> Tokenizer:
+def from_slow_file(path: Path, cfg: dict, specials: dict, legacy_added: dict,
+                   pair_seps: int = 1) -> Tokenizer:
     if path.name == "vocab.txt":
-        return wordpiece_from_vocab(path, cfg, specials)
+        return wordpiece_from_vocab(path, cfg, specials, pair_seps)
     if path.name == "vocab.json":
         return bpe_from_vocab(path.parent, cfg, specials, legacy_added)
     raise sentencepiece_needs_tokenizer_json(path.parent, path.name)

@@ -7,6 +7,9 @@ Starlette on uvicorn (the optional `serve` extra; nothing else in the runtime im
     GET  /metrics   Prometheus text: requests by status, latency, batch sizes, queue depth
     POST /v1/embeddings, GET /v1/models            OpenAI's embeddings API (openai.py)
     /v2, /v2/health/*, /v2/models/{name}[/ready|/infer]   Open Inference Protocol v2 (v2.py)
+    POST /embed, /rerank, /embed_sparse, /tokenize, GET /info   TEI's API (tei*.py)
+    POST /v2/rerank                                 Cohere's rerank (cohere.py)
+    GET  /openapi.json, /docs                       OpenAPI 3.1 and Swagger UI (openapi.py)
 
 The request convention is Hugging Face's inference API: `inputs` is a text, a list of texts,
 a {"text", "text_pair"} pair (classification) or a {"question", "context"} object (QA), or a
@@ -24,7 +27,8 @@ exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
 
 Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, JSON out,
 client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
-app.py (the Starlette app), wire.py (how an inference route reads requests and writes
+app.py (the Starlette app and its route table), endpoints.py (a route's record: the tasks
+that serve it, its OpenAPI entry), wire.py (how an inference route reads requests and writes
 answers; /predict's, openai.py's, v2.py's; each task's v2 tensors are its pipeline's),
 connections.py (header deadline and connection cap on uvicorn's
 h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the

@@ -1,5 +1,7 @@
 """The Starlette app: POST /predict, GET /health, GET /metrics, one named handler each; the
-OpenAI (openai.py) and Open Inference Protocol v2 (v2.py) routes on the same handlers.
+OpenAI (openai.py), Open Inference Protocol v2 (v2.py), TEI (tei_routes.py) and Cohere
+(cohere.py) routes on the same handlers, and /openapi.json and /docs (openapi.py) generated
+from the route table (`ENDPOINTS`: each route's record, with the tasks whose exports serve it).
 
 The model loads in the background once the app starts, so /health can answer 503 while it
 happens (readiness probes); requests then go through the protocol (protocol.py) into the
@@ -31,7 +33,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..core.errors import ArtifactError, BertOnnxError
-from . import openai, v2
+from . import cohere, openai, openapi, tei_routes, v2
 from .batching import DynamicBatcher
 from .metrics import Metrics
 from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
@@ -207,12 +209,11 @@ class _Handlers:
         try:
             body = await self.read_body(request, key)
             call = wire.parse(state, request, body)
+            if call.parsed is None:   # answered without the model
+                return await _inline_or_thread(len(body), wire.respond, None, call, None)
             prepared = Prepared.check(pipe, call.parsed, options.limits)
-            if len(body) > _INLINE_CHARS:
-                work = await asyncio.get_running_loop().run_in_executor(
-                    None, prepared.price, pipe, options.limits)
-            else:
-                work = prepared.price(pipe, options.limits)
+            work = await _inline_or_thread(len(body), wire.price, prepared, pipe,
+                                           options.limits, call)
         finally:
             state.reading.pop(key, None)
         parts = prepared.cut(options.batch.max_batch_size)
@@ -323,8 +324,21 @@ class _Handlers:
                              "type": "InternalError"}, 500)
 
 
+# The route table: every route's Endpoint record (the exports that serve it, its OpenAPI entry)
+ENDPOINTS = (*openapi.ENDPOINTS, *tei_routes.ENDPOINTS, *cohere.ENDPOINTS)
+COMPONENTS = {"TeiError": tei_routes.ERROR_SCHEMA,   # the protocols' error bodies
+              "CohereError": cohere.ERROR_SCHEMA}
+
 _SHUTTING_DOWN = ("the server is shutting down and its drain timeout (--drain-timeout-s) "
                   "passed before this request was answered; retry on another instance")
+
+
+async def _inline_or_thread(size: int, fn, *args):
+    """fn(*args) for a request body of `size` bytes: on the event loop when short, in a thread
+    when long (tokenizing it would hold up every other request)."""
+    if size > _INLINE_CHARS:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    return fn(*args)
 
 
 async def _disconnected(request) -> None:
@@ -345,7 +359,8 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         routes=[Route("/predict", h.predict, methods=["POST"]),
                 Route("/health", h.health, methods=["GET"]),
                 Route("/metrics", h.metrics, methods=["GET"]),
-                *openai.routes(h), *v2.routes(h)],
+                *openai.routes(h), *tei_routes.routes(h), *cohere.routes(h),
+                *openapi.routes(h, ENDPOINTS, COMPONENTS), *v2.routes(h)],
         lifespan=h.lifespan,
         exception_handlers={HTTPException: h.http_error, Exception: h.server_error},
     )

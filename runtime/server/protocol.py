@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -114,20 +114,22 @@ class Prepared:
 
     read: Any            # pipelines.inputs.Inputs
     params: dict
+    count: Callable = len   # the pipeline's count of a part's inputs (Pipeline.count)
 
     @classmethod
     def check(cls, pipe, parsed: Parsed, limits: Limits) -> "Prepared":
         """Read, validate and price `parsed` (cheap, no tokenizing: call on the event loop);
         `price` then tokenizes. ClientError / InputError name what is wrong."""
         read = pipe.read_inputs(parsed.inputs)
-        if len(read) > limits.max_inputs:
-            raise _over("max_inputs", f"{len(read)} inputs", limits.max_inputs)
+        count = pipe.count(read)
+        if count > limits.max_inputs:
+            raise _over("max_inputs", f"{count} {pipe.counted}", limits.max_inputs)
         pipe.check_parameters(**parsed.params)
         chars = pipe.windowed_chars(read)
         if chars > limits.max_context_chars:
             raise _over("max_context_chars", f"{chars} characters of context",
                         limits.max_context_chars)
-        return cls(read, parsed.params)
+        return cls(read, parsed.params, pipe.count)
 
     def price(self, pipe, limits: Limits):
         """What the call would cost (Pipeline.work tokenizes; the inputs' own errors come out
@@ -142,10 +144,12 @@ class Prepared:
         return work
 
     def cut(self, size: int) -> list:
-        """The inputs in parts of at most `size` records (the batcher's fairness unit)."""
-        records = self.read.records
-        return [(type(self.read)(records[i:i + size], single=False), len(records[i:i + size]))
-                for i in range(0, len(records), size)]
+        """The inputs in parts of at most `size` records (the batcher's fairness unit), each
+        with its size: the inputs it holds, as --max-inputs counts them."""
+        records, count = self.read.records, self.count
+        parts = [type(self.read)(records[i:i + size], single=False)
+                 for i in range(0, len(records), size)]
+        return [(part, count(part)) for part in parts]
 
     def answer(self, pipe, results: list):
         """The request's answer from its parts' results, shaped by the task's rule."""

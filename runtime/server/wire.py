@@ -9,6 +9,8 @@ differ between the protocols:
     POST /predict                   Hugging Face's convention   PREDICT (here)
     POST /v1/embeddings             OpenAI's embeddings API     openai.EMBEDDINGS
     POST /v2/models/{name}/infer    Open Inference Protocol v2  v2.INFER
+    POST /embed, /rerank, ...       text-embeddings-inference   tei_routes.WIRES
+    POST /v2/rerank                 Cohere's rerank             cohere.WIRE
 
 so a request merged into a batch with requests of another protocol gets the same answer.
 """
@@ -40,9 +42,11 @@ class FieldError(ClientError):
 @dataclass(frozen=True)
 class Call:
     """A request as its wire read it: the pipeline's inputs and parameters (`parsed`, judged
-    next by protocol.Prepared) and what `respond` needs besides the results (`context`)."""
+    next by protocol.Prepared) and what `respond` needs besides the results (`context`).
+    `parsed` None: the wire answers without the model (`respond(None, call, None)`: TEI's
+    /tokenize)."""
 
-    parsed: Parsed
+    parsed: Parsed | None
     context: Any = None
 
 
@@ -58,6 +62,12 @@ class Wire:
         (app._State: the pipeline, the parameters it takes, the limits, the served name)."""
         return Call(parse_request(state.pipeline.task, body, state.allowed,
                                   state.options.limits.max_inputs))
+
+    def price(self, prepared, pipe, limits, call: Call):
+        """What the call would cost (protocol.Prepared.price: its tokens, against the limits),
+        off the event loop for a long body; a wire may refuse more here, where the inputs are
+        tokenized (TEI's `truncate: false`)."""
+        return prepared.price(pipe, limits)
 
     def respond(self, answer, call: Call, work):
         """The HTTP response for the pipeline's answer (`work`: what the call cost, its

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from bertonnx.build import TASKS, load_checkpoint, load_pretrained, load_tokenizer
 from bertonnx.build.keys import hf_to_ours, ours_to_hf
 
-from ._compare import assert_close, max_diff, padded_batch, run_both
+from ._compare import MODEL_TASKS, assert_close, max_diff, padded_batch, run_both
 
 # Shapes chosen to break wrong head splits (3, 5 heads), wrong position/type tables, wrong eps
 # and wrong activations. intermediate sizes are odd on purpose.
@@ -48,7 +48,7 @@ def check_parity(folder, task, *, seq_len=None, seed=0):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", MODEL_TASKS)
 def test_every_head_matches_transformers(tiny_hf_checkpoint, task, shape):
     folder = tiny_hf_checkpoint(task, **SHAPES[shape])
     check_parity(folder, task)
@@ -183,7 +183,7 @@ SOURCES = ["feature-extraction", "fill-mask", "pretraining", "text-classificatio
 
 
 @pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", MODEL_TASKS)
 def test_cross_task_loading(tiny_hf_checkpoint, caplog, source, task):
     """The encoder matches HF's; the head weights initialised are exactly those transformers
     reports missing for the same pair, and they are named in a warning (none when equal)."""

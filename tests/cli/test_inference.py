@@ -215,3 +215,18 @@ def test_empty_targets_are_refused(capsys, tiny_export, ours, targets):
             ours("fill-mask")("the [MASK] sat", targets=value)
         assert str(e.value) == (f"targets must be a word or a non-empty list of words or null, "
                                 f"got {value!r} — pass e.g. targets=[\"word\"]")
+
+
+def test_embed_sparse_table_json_and_errors(capsys, tiny_export, ours):
+    folder = tiny_export("sparse-embedding")
+    assert_same(run_json(capsys, "embed-sparse", folder, "the cat", "a dog", "--top-k", 3,
+                         "--return-tokens"),
+                ours("sparse-embedding")(["the cat", "a dog"], top_k=3, return_tokens=True))
+    rc, out, _ = run(capsys, "embed-sparse", folder, "the cat sat on the mat")
+    heaviest = ours("sparse-embedding")("the cat sat on the mat", return_tokens=True)[0]
+    assert rc == 0 and "the 10 heaviest shown; --json for all" in out
+    assert f"{heaviest['token']}  " in out.splitlines()[3] and "weight" in out
+    rc, out, err = run(capsys, "embed-sparse", folder, "the cat", "--top-k", 0)
+    assert rc == 2 and "--top-k" in err and "Traceback" not in err
+    rc, out, err = run(capsys, "embed-sparse", tiny_export(EMB), "the cat")
+    assert rc == 2 and err.strip().endswith("use the `bertonnx embed` command")

@@ -82,7 +82,10 @@ def test_a_refused_recipe_gives_way_to_the_next(tiny_checkpoint, tmp_path, monke
 EXPECTED_OPS = {"s8-rr": {"QAttention": 2}, "s8": {"QAttention": 2},
                 "s8-attention-fp32": {"Attention": 2, "QEmbedLayerNormalization": 1},
                 "nbits8": {"Attention": 2, "MatMulNBits": 4},
-                "static": {"Attention": 2, "QuantizeLinear": 4}}
+                "static": {"Attention": 2, "QuantizeLinear": 4},
+                # a Mul before each of the 6 MatMuls (attention out, FFN up and down per layer)
+                "s8-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6},
+                "s8-rr-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6}}
 
 
 @pytest.mark.parametrize("name", list(RECIPES))

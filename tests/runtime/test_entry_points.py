@@ -26,6 +26,8 @@ from bertonnx.runtime.cli import main
 from bertonnx.runtime.core.tasks import SAME, TASKS
 
 from tests.conftest import CLS, EMB, FM, NER, QA
+
+RANK, ZS = "text-ranking", "zero-shot-classification"
 from tests.runtime._compare import assert_same
 from tests.runtime._threaded_server import threaded_server
 from tests.runtime.core.pipelines.test_sentence_folders import CLASSIC_CLS, st_folder
@@ -45,7 +47,14 @@ INPUTS = {
          {"question": "what is london ?", "context": CONTEXT}],
     NER: ["paris is a city with a river", "london music"],
     EMB: ["the cat sat", "a dog ran to the river in paris"],
+    "sparse-embedding": ["the cat sat", "a dog ran to the river in paris"],
+    RANK: [{"query": "where did the dog run ?", "documents": ["the dog ran to the river",
+                                                             "a cat sat", "paris is a city"]},
+           {"query": "music", "documents": ["london music and film", "the mat"]}],
+    ZS: ["the cat sat on the mat", "london is a city with music"],
 }
+# what a task cannot be called without (zero-shot's labels), on every entry point alike
+NEEDS = {ZS: {"candidate_labels": "music,city,cat"}}
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +141,7 @@ def assert_tensors(got: dict, want: dict, where: str) -> None:
         if w.dtype == object:   # BYTES: strings, or token-classification's JSON entities
             g = [x.decode() if isinstance(x, bytes) else x for x in g.reshape(-1)]
             w = [x.decode() if isinstance(x, bytes) else x for x in w.reshape(-1)]
-            if name == "entities":
+            if name in ("entities", "sparse_embedding"):   # JSON: numbers within ATOL
                 assert_same([json.loads(x) for x in g], [json.loads(x) for x in w], ATOL, where)
             else:
                 assert g == w, (where, name)
@@ -144,10 +153,11 @@ def assert_tensors(got: dict, want: dict, where: str) -> None:
 
 # -- the tests ---------------------------------------------------------------------------------
 
-CASES = [(task, "plain", {}) for task in INPUTS] + [
+CASES = [(task, "plain", NEEDS.get(task, {})) for task in INPUTS] + [
     (EMB, "plain", {"normalize": False}),   # the other choice, under the same name everywhere
     (EMB, "st", {}),                        # the folder's own choice: cls pooling, raw vectors
     (EMB, "st", {"normalize": True}),
+    ("sparse-embedding", "plain", {"top_k": 3, "return_tokens": True}),
 ]
 
 
@@ -179,6 +189,11 @@ def test_every_entry_point_gives_the_librarys_answer(capsys, tmp_path, tiny_expo
                        timeout=60)
         assert r.status_code == 200, r.text
         check("/predict", r.json())
+        if task == RANK:   # a /v2 row is one (query, document) pair, scored alone
+            pairs = [{"query": i["query"], "document": d} for i in items for d in i["documents"]]
+            want = pipe([{"query": p["query"], "documents": [p["document"]]} for p in pairs],
+                        **params)
+            items = pairs
         check("/v2", v2(url, pipe, items, params), tensors=True)
         if TASKS[task].vector_output and not params:
             with openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0) as c:
@@ -210,9 +225,10 @@ def test_a_cli_default_spelled_out_answers_as_the_option_left_out(capsys, tmp_pa
     """Where the command line shows a default of its own spelling (function_to_apply
     "default", ignore_labels "O"), passing it changes nothing."""
     folder = tiny_export(task)
-    left_out = cli(capsys, task, folder, INPUTS[task], {}, tmp_path)
+    left_out = cli(capsys, task, folder, INPUTS[task], NEEDS.get(task, {}), tmp_path)
     for p in TASKS[task].params:
         if p.flag is None or p.flag.default is SAME or p.flag.default is None:
             continue
-        spelled = cli(capsys, task, folder, INPUTS[task], {p.name: p.flag.default}, tmp_path)
+        spelled = cli(capsys, task, folder, INPUTS[task],
+                      {**NEEDS.get(task, {}), p.name: p.flag.default}, tmp_path)
         assert_same(spelled, left_out, 0.0, p.option)

@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Iterator, Mapping, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..batches import Batch, micro_batches
+from ..batches import MAX_BATCH_TOKENS, Batch, micro_batches
 from ..bounds import check_batch_size
 from ..errors import ArtifactError, InputError
 from ..parameters import check
@@ -100,6 +100,9 @@ class Pipeline:
     input_keywords: ClassVar[tuple[str, ...]] = ()
     # the task on the Open Inference Protocol (/v2): its tensors and their conversions
     tensors: ClassVar[TaskTensors]
+    # padded tokens per session call (a task whose graph holds tokens x vocabulary floats
+    # inside, sparse-embedding's MLM logits, caps them lower)
+    batch_tokens: ClassVar[int] = MAX_BATCH_TOKENS
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -118,6 +121,7 @@ class Pipeline:
         if problems:
             raise ArtifactError(f"{folder.model_path} does not fit {self.task}: "
                                 f"{'; '.join(problems)}", "export the model again for this task")
+        self.check_model(folder.config, str(folder.path))
         self._backends: OrderedDict[tuple, Tokenizer] = OrderedDict()  # LRU, BACKEND_CACHE
         self._backend_json: str | None = None   # the tokenizer serialized once, for copies
         self._lock = threading.Lock()
@@ -200,6 +204,12 @@ class Pipeline:
         return {**self.defaults, **params}
 
     @classmethod
+    def check_model(cls, config: Mapping, where: str) -> None:
+        """ConfigError when a model (`config`: its config.json, or export's summary of it with
+        id2label and num_labels) cannot serve the task, e.g. reranking with several labels:
+        export refuses it before converting, load before serving. Nothing here."""
+
+    @classmethod
     def folder_defaults(cls, path: Path) -> dict:
         """The defaults a model folder chooses for the task's parameters, which its export
         records (Manifest.defaults): none here."""
@@ -214,6 +224,15 @@ class Pipeline:
         """Characters of the texts the task tokenizes whole (windowed, not truncated): those
         cost memory by their length, so the server caps them before tokenizing. 0 here."""
         return 0
+
+    # what `count` counts, in the server's refusal past --max-inputs
+    counted: ClassVar[str] = "inputs"
+
+    @classmethod
+    def count(cls, inputs: Inputs) -> int:
+        """The inputs of a call as the server's --max-inputs counts them, before tokenizing:
+        one per record here (a reranker counts its documents)."""
+        return len(inputs)
 
     def work(self, inputs: Inputs, **params) -> Work:
         """What `self(inputs, **params)` would cost (see `Work`), without running the model;
@@ -327,7 +346,8 @@ class Pipeline:
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         check_batch_size(size, "batch_size=32")
-        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id):
+        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id,
+                                   self.batch_tokens):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and

@@ -1,42 +1,107 @@
 """feature-extraction: sentence vectors (or transformers' token-level features) on onnxruntime.
 
-pooling "mean" (default; the sentence-transformers recipe all-MiniLM-L6-v2 was trained with),
-"cls", or "none" — transformers' FeatureExtractionPipeline output, a [1][T][H] nested list per
-text. normalize (default True) scales each pooled vector to unit length (cosine = dot
-product); token vectors (pooling "none") are left as they are unless it is asked for, which is
-refused. An export of a sentence-transformers folder defaults to the folder's own pooling and
-normalize (`folder_defaults`, read from its modules.json at export). return_tensors=True gives
-numpy arrays instead of lists. Texts longer than the model are truncated with a warning.
+An export of a sentence-transformers folder computes what `SentenceTransformer(folder).encode`
+does after the encoder — its Pooling (any mode, prompt tokens left out where the folder says),
+Dense layers, Normalize — truncating where it does (max_seq_length) and putting its prompts
+before the texts (`prompt_name`, `prompt`, its default prompt). The stack is the manifest's
+record (runtime/core/sentence_transformers.py), or a folder made elsewhere's own modules.json;
+any other export behaves as a one-module stack: mean pooling.
+
+pooling: the folder's (else "mean"); any of sentence-transformers' modes, several joined by
+"+" (concatenated), or "none" — transformers' FeatureExtractionPipeline output, a [1][T][H]
+nested list per text. normalize: unit-length vectors; by default as the folder chose (a
+Normalize module last), else True; False leaves a folder's final Normalize out. Token vectors
+(pooling "none") are left as they are, and normalizing them is refused. return_tensors=True
+gives numpy arrays instead of lists. Texts longer than the model are truncated with a warning.
 """
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+from tokenizers import normalizers
 
 from ..errors import ArtifactError, InputError
-from ..postprocess import l2_normalize, pool
-from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts
-from .base import Pipeline
+from ..families import usable_positions
+from ..postprocess import similarity
+from ..sentence_modules import SentenceStack
+from ..sentence_transformers import read_folder
+from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts, token_width
+from .base import Pipeline, Work
+from .folder import ExportFolder
 from .inputs import Inputs
-
-log = logging.getLogger("bertonnx")
-# sentence-transformers modules the export carries: the encoder (the graph), the pooling and
-# normalisation (this pipeline); any other (Dense, ...) would change the folder's vectors
-_ST_CARRIED = {"Transformer", "Pooling", "Normalize"}
 
 
 def _to_tensors(results: list) -> dict[str, np.ndarray]:
     return {"embedding": np.asarray(results, dtype=np.float32)}
 
+
 class FeatureExtractionPipeline(Pipeline):
+    """`stack`: the modules after the encoder; `dimension`: the width of the vectors a call
+    with the defaults gives (a Dense layer or concatenated poolings change it)."""
+
     task = "feature-extraction"
     # pooling "none" (a [T, H] matrix per text) is kept off /v2 by the record: rows stay even
     tensors = TaskTensors(task, (Tensor("text", BYTES, N),), (Tensor("embedding", FP32, (-1, HIDDEN)),),
                           texts, _to_tensors)
+
+    def __init__(self, folder: ExportFolder, session, **kwargs):
+        # before the base checks the export's defaults: the rules read it (its prompt names)
+        self.stack = _stack(folder)
+        super().__init__(folder, session, **kwargs)
+        try:
+            self.dimension = self.stack.width(token_width(self), _modes(self.defaults["pooling"]))
+        except ValueError as e:
+            raise ArtifactError(f"{folder.path}'s sentence-transformers modules do not fit its "
+                                f"encoder: {e}", "export the model again from a folder "
+                                "sentence-transformers loads") from None
+        if self.stack.do_lower_case:
+            _lowercase_first(self.tokenizer.backend)
+        self._specials = _special_ids(self.tokenizer)
+
+    @property
+    def prompts(self) -> Mapping[str, str]:
+        """The model's prompts by name (config_sentence_transformers.json)."""
+        return self.stack.prompts
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """How the model's vectors are compared: cosine, dot, euclidean or manhattan."""
+        return self.stack.similarity_fn_name
+
+    def similarity(self, a, b) -> np.ndarray:
+        """sentence-transformers' `model.similarity(a, b)`: (N, M) scores by the model's own
+        function (higher is more similar)."""
+        return similarity(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                          self.similarity_fn_name)
+
+    @property
+    def max_length(self) -> int:
+        """Where sentence-transformers truncates: the folder's max_seq_length, else the
+        tokenizer's model_max_length; both capped by the model's positions."""
+        if self.stack.max_seq_length is None:
+            return self.folder.max_length
+        limit = usable_positions(self.folder.config)
+        return min(self.stack.max_seq_length, limit) if limit else self.stack.max_seq_length
+
+    @classmethod
+    def folder_defaults(cls, path: Path) -> dict:
+        """A sentence-transformers folder's own pooling and normalize (its modules.json);
+        {} for any other folder."""
+        stack = read_folder(path)
+        return {} if stack is None else stack.defaults()
+
+    def check_parameters(self, **params) -> None:
+        super().check_parameters(**params)
+        pooling = params.get("pooling")
+        if pooling not in (None, "none"):
+            try:
+                self.stack.width(token_width(self), _modes(pooling))
+            except ValueError as e:
+                raise InputError(f"pooling={pooling!r} does not fit this model: {e}",
+                                 f"leave pooling out (the model's own: "
+                                 f"{self.defaults['pooling']!r})", parameter="pooling") from None
 
     def complete(self, params: Mapping) -> dict:
         # the default normalize is for pooled vectors: token vectors stay as they are
@@ -44,47 +109,36 @@ class FeatureExtractionPipeline(Pipeline):
             params = {**params, "normalize": False}
         return super().complete(params)
 
-    @classmethod
-    def folder_defaults(cls, path: Path) -> dict:
-        """A sentence-transformers folder's own choices, from its modules.json: its Pooling
-        module's mode (when mean or cls) and whether a Normalize module ends it. What the
-        export cannot reproduce (another pooling mode, a Dense module) is warned about."""
-        listed = Path(path) / "modules.json"
-        if not listed.is_file():
-            return {}
-        try:
-            modules = json.loads(listed.read_text(encoding="utf-8"))
-            kinds = {str(m["type"]).rsplit(".", 1)[-1]: str(m.get("path", "")) for m in modules}
-        except (ValueError, TypeError, KeyError) as e:
-            raise ArtifactError(f"{listed} is not a sentence-transformers module list ({e})",
-                                "restore the file, or remove it") from None
-        chosen = {"normalize": "Normalize" in kinds}
-        other = sorted(set(kinds) - _ST_CARRIED)
-        if other:
-            log.warning("%s holds sentence-transformers module(s) %s, which the export does "
-                        "not carry: its vectors will differ from sentence-transformers'",
-                        path, ", ".join(other))
-        if "Pooling" in kinds:
-            modes = _pooling_modes(Path(path) / kinds["Pooling"] / "config.json")
-            if modes in (["mean"], ["cls"]):
-                chosen["pooling"] = modes[0]
-            else:
-                log.warning("%s pools by %s (its sentence-transformers Pooling module), which "
-                            "bertonnx does not compute: its vectors default to mean pooling",
-                            path, " + ".join(modes) or "nothing")
-        return chosen
+    def prompt_text(self, prompt_name: str | None, prompt: str | None) -> str:
+        """The text put before each input (base/model.py `_resolve_prompt`): `prompt`, else
+        the named prompt, else the model's default prompt; "" for none."""
+        if prompt is None:
+            name = prompt_name if prompt_name is not None else self.stack.default_prompt_name
+            prompt = self.prompts.get(name, "") if name is not None else ""
+        return prompt
 
-    def predict(self, read: Inputs, pooling, normalize, return_tensors, batch_size):
+    def prompt_length(self, prompt: str) -> int:
+        """The tokens pooling leaves out for `prompt` (transformer.py `_get_prompt_length`):
+        the prompt encoded alone, less a special token the tokenizer ends it with."""
+        ids = self.backend(self.max_length).encode(prompt).ids
+        return len(ids) - 1 if ids and ids[-1] in self._specials else len(ids)
+
+    def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt, return_tensors,
+                batch_size):
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
-        encs = self.encode(list(read.records))
+        prompt = self.prompt_text(prompt_name, prompt)
+        encs = self.encode([prompt + t for t in read.records])
+        modes = _modes(pooling)
+        # pooling leaves the prompt's tokens out where the folder says (include_prompt false)
+        cut = (self.prompt_length(prompt) if prompt and pooling != "none"
+               and not self.stack.pooling.include_prompt else 0)
 
         def post(batch, out):
             hidden = out["last_hidden_state"]                              # (B, T, H)
             if pooling == "none":
                 return [hidden[row:row + 1, :n] for row, n in enumerate(batch.lengths)]
-            vecs = pool(hidden, batch.attention_mask, pooling)             # (B, H)
-            return l2_normalize(vecs) if normalize else vecs
+            return self.stack.embed(hidden, batch.attention_mask, modes, normalize, cut)
 
         results = self.infer(encs, post, batch_size)
         if not return_tensors:
@@ -93,20 +147,52 @@ class FeatureExtractionPipeline(Pipeline):
             results = np.stack([np.asarray(r) for r in results])
         return self.unwrap(results, read)
 
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        prompt = self.prompt_text(params["prompt_name"], params["prompt"])
+        return Work(sum(len(e.ids) for e in self.encode([prompt + t for t in inputs.records],
+                                                        warn=False)))
 
-def _pooling_modes(config: Path) -> list[str]:
-    """The modes a sentence-transformers Pooling config turns on: the classic
-    `pooling_mode_<mode>_token(s)` booleans, or sentence-transformers 5's "pooling_mode"."""
-    if not config.is_file():
-        return []
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except ValueError:
-        return []
-    if not isinstance(data, dict):
-        return []
-    mode = data.get("pooling_mode")
-    if isinstance(mode, (str, list)):
-        return [mode] if isinstance(mode, str) else [str(m) for m in mode]
-    return [k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
-            for k, v in data.items() if k.startswith("pooling_mode_") and v is True]
+
+def _modes(pooling: str) -> tuple[str, ...]:
+    return tuple(pooling.split("+"))
+
+
+def _stack(folder: ExportFolder) -> SentenceStack:
+    """The export's recorded stack (its Dense weights vouched for by the manifest), a folder
+    made elsewhere's own modules.json, or the plain one (mean pooling)."""
+    if folder.foreign is not None:
+        stack = read_folder(folder.path)
+        return SentenceStack() if stack is None else stack.with_weights(folder.path)
+    record = folder.manifest.sentence_transformers
+    if not record:
+        return SentenceStack()
+    return SentenceStack.from_json(record, folder.path / "bertonnx.json").with_weights(
+        folder.path, folder.manifest.files)
+
+
+def _lowercase_first(backend) -> None:
+    """do_lower_case: a Lowercase normalizer before the tokenizer's own, unless it has one
+    (sentence-transformers' Transformer module does this to the fast tokenizer it loads)."""
+    current = backend.normalizer
+    if isinstance(current, normalizers.Lowercase):
+        return
+    if isinstance(current, normalizers.Sequence):
+        try:
+            parts = list(current)
+        except TypeError:  # a tokenizers release whose Sequence does not iterate
+            parts = [current]
+        if any(isinstance(p, normalizers.Lowercase) for p in parts):
+            return
+    else:
+        parts = [] if current is None else [current]
+    backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *parts])
+
+
+def _special_ids(tokenizer) -> set[int]:
+    """transformers' all_special_ids: the named special tokens and every special added one."""
+    named = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id,
+             tokenizer.mask_token_id, tokenizer.unk_token_id,
+             tokenizer.token_to_id(tokenizer.bos_token) if tokenizer.bos_token else None,
+             tokenizer.token_to_id(tokenizer.eos_token) if tokenizer.eos_token else None}
+    added = {i for i, t in tokenizer.backend.get_added_tokens_decoder().items() if t.special}
+    return {i for i in named | added if i is not None}

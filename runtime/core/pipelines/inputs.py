@@ -35,11 +35,18 @@ class QAInput(NamedTuple):
     context: str
 
 
+class RankInput(NamedTuple):
+    """A text-ranking input: a query and the documents to rank for it."""
+
+    query: str
+    documents: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Inputs:
     """A call's inputs read by its task's rules.
 
-    records: one per input, in order (a str, a TextPair or a QAInput, by task).
+    records: one per input, in order (a str, a TextPair, a QAInput or a RankInput, by task).
     single: one input was given, not a list: its result comes back on its own.
     form: "str", "dict" or "list" — how they were given (text-classification's legacy
     result shape differs between a lone str and a lone dict).

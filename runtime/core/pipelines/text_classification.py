@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
+from ..cross_encoder import read_cross_encoder
+from ..errors import ConfigError, InputError
 from ..postprocess import classification_scores, default_function
-from ..tasks import LEGACY
+from ..tasks import FUNCTIONS, LEGACY
 from ..tensors import BYTES, FP32, N, TaskTensors, Tensor, column
 from .base import Pipeline, row_field
 from .inputs import Inputs, TextPair, check_text
@@ -38,6 +39,21 @@ class TextClassificationPipeline(Pipeline):
                                  Tensor("text_pair", BYTES, N, optional=True)),
                           (Tensor("label", BYTES, N), Tensor("score", FP32, N)),
                           _from_tensors, _to_tensors)
+
+    @classmethod
+    def folder_defaults(cls, path) -> dict:
+        """A CrossEncoder folder of several labels (runtime/core/cross_encoder.py): its
+        activation as the scores' function, so a pair's scores are CrossEncoder.predict's."""
+        ce = read_cross_encoder(path)
+        if ce is None:
+            return {}
+        function = {"identity": "none", "sigmoid": "sigmoid", "softmax": "softmax"}.get(
+            ce.activation)
+        if function is None:
+            raise ConfigError(f"{path}: the CrossEncoder's activation {ce.activation} is not a "
+                              f"function_to_apply ({', '.join(FUNCTIONS[1:])})",
+                              "set its activation_fn to Identity and apply yours to the scores")
+        return {"function_to_apply": function}
 
     @property
     def labels(self) -> list[str]:

@@ -11,7 +11,8 @@ from bertonnx.runtime.core.tasks import EXPORT_TASKS
 from bertonnx.runtime.core.pipelines import (FeatureExtractionPipeline, FillMaskPipeline,
                                         Inputs, QAInput, QuestionAnsweringPipeline,
                                         TextClassificationPipeline, TextPair,
-                                        TokenClassificationPipeline, Windows)
+                                        TextRankingPipeline, TokenClassificationPipeline,
+                                        Windows, ZeroShotClassificationPipeline)
 from bertonnx.runtime.core.pipelines.text_classification import LEGACY
 from bertonnx.runtime.server.protocol import PipelineRunner, Prepared
 
@@ -87,7 +88,8 @@ def test_question_answering_reads_every_call_form():
 
 
 @pytest.mark.parametrize("cls", [*TEXT_TASKS, TextClassificationPipeline,
-                                 QuestionAnsweringPipeline])
+                                 QuestionAnsweringPipeline, TextRankingPipeline,
+                                 ZeroShotClassificationPipeline])
 def test_read_inputs_pass_through_and_every_task_names_its_shapes(cls):
     read = Inputs(("x",), single=False)
     assert cls.read_inputs(read) is read
@@ -113,6 +115,14 @@ CALLS = {
     "token-classification": (["paris is big", "the cat"], "a dog in paris",
                              {"aggregation_strategy": "simple"}),
     "feature-extraction": (["the cat", "a dog ran"], "paris", {}),
+    "sparse-embedding": (["the cat", "a dog ran to the river"], "paris",
+                         {"top_k": 5, "return_tokens": True}),
+    "text-ranking": ([{"query": "the cat", "documents": ["a cat sat", "paris", "the dog"]},
+                      {"query": "a dog", "documents": ["the dog ran"]}],
+                     {"query": "paris", "documents": ["a city", "london is a city"]},
+                     {"top_k": 2, "return_documents": True}),
+    "zero-shot-classification": (["the cat sat", "london music"], "a dog in paris",
+                                 {"candidate_labels": ["music", "city", "cat"]}),
 }
 
 

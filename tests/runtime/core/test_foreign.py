@@ -155,8 +155,10 @@ def test_optimum_export_of_minilm_answers_as_ours(minilm_dir, tmp_path):
     pytest.importorskip("optimum.exporters.onnx")
     from optimum.exporters.onnx import main_export  # optional (the test extra): skipped without
 
+    # with sentence-transformers installed Optimum would export the folder as a
+    # SentenceTransformer (outputs token_embeddings, sentence_embedding): ask for its encoder
     main_export(str(minilm_dir), output=tmp_path / "optimum", task="feature-extraction",
-                opset=17, device="cpu")
+                opset=17, device="cpu", library_name="transformers")
     export_model(minilm_dir, EMB, tmp_path / "ours", ExportOptions(parity=False))
     texts = ["A man is playing a guitar.", "The new movie is awesome.", "paris"] * 3
     theirs = np.asarray(load(tmp_path / "optimum")(texts, pooling="mean", normalize=True))

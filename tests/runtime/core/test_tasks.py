@@ -80,7 +80,7 @@ def test_each_cli_option_is_a_parameter_with_its_default_and_bounds(task):
             assert set(o.type.choices) <= set(p.rule.options)
     # nothing else: the shared flags and the inputs are the only other options
     shared = {"threads", "providers", "batch_size", "as_json", "input_file", "text_pair",
-              "question", "context"}
+              "question", "context", "query"}
     assert set(options) - shared == {p.name for p in cli_parameters(task)}
 
 

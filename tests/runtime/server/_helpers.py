@@ -52,6 +52,12 @@ class EchoPipeline:
     def windowed_chars(read):
         return 0
 
+    counted = "inputs"
+
+    @staticmethod
+    def count(read):
+        return len(read)
+
     def work(self, read, **params):
         return Work(len(read))
 

@@ -31,7 +31,7 @@ from bertonnx.runtime.triton.repository import TritonOptions, write_repository
 from bertonnx.runtime.triton.stub import EXPORT
 
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
-         "feature-extraction")
+         "feature-extraction", "sparse-embedding")
 ORT = "onnxruntime"
 LABELS = 3  # the "classify" export's labels; fixed output dims are checked against it
 NER_LABELS = 5  # the "ner" export's BIO tags
@@ -124,6 +124,7 @@ def test_repository_files_and_config_fields(tiny_export, pb2, tmp_path, task):
         "token-classification": {"logits": [-1, NER_LABELS]},
         "question-answering": {"start_logits": [-1], "end_logits": [-1]},
         "feature-extraction": {"last_hidden_state": [-1, 32]},
+        "sparse-embedding": {"sparse_embedding": [_vocab_size(tiny_export(task))]},  # pooled
     }[task]
     assert [o.name for o in cfg.output] == list(output_names(task))
     assert {o.name: list(o.dims) for o in cfg.output} == expected_dims

@@ -17,7 +17,8 @@ from tests.conftest import CLS, EMB, FM, NER, QA, family_spec
 
 from tests.runtime._compare import assert_same
 
-FAMILIES = ("roberta", "xlm-roberta", "camembert", "albert", "distilbert", "electra")
+FAMILIES = ("roberta", "xlm-roberta", "camembert", "albert", "distilbert", "electra",
+            "deberta-v2", "modernbert", "mpnet")
 AUTO_CLASSES = {FM: "AutoModelForMaskedLM", CLS: "AutoModelForSequenceClassification",
                 QA: "AutoModelForQuestionAnswering", NER: "AutoModelForTokenClassification",
                 EMB: "AutoModel"}

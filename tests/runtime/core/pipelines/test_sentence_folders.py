@@ -1,11 +1,11 @@
 """A sentence-transformers folder's own pooling and normalize (issue 31): read from its
 modules.json (`FeatureExtractionPipeline.folder_defaults`), recorded in the export's manifest,
-and the export's defaults thereafter. The real all-MiniLM-L6-v2 folder (a Normalize module) is
-exported and gives unit vectors (slow)."""
+and the export's defaults thereafter; a module bertonnx does not compute is refused. Parity
+with sentence-transformers itself (every module, both formats, the real all-MiniLM-L6-v2) is
+test_sentence_transformers_parity.py's."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -63,14 +63,20 @@ def test_classic_and_v5_folders(tmp_path):
     assert TextClassificationPipeline.folder_defaults(classic) == {}
 
 
-def test_what_the_export_cannot_reproduce_is_said(tmp_path, caplog):
-    folder = modules(tmp_path, "Transformer", "Pooling", "Dense", "Normalize")
+def test_what_bertonnx_does_not_compute_is_refused_in_one_line(tmp_path):
+    folder = modules(tmp_path / "a", "Transformer", "Pooling", "Normalize")
     pooling(folder, {"pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": False})
-    with caplog.at_level(logging.WARNING, logger="bertonnx"):
-        assert FE.folder_defaults(folder) == {"normalize": True}   # pooling left at mean
-    said = " ".join(r.getMessage() for r in caplog.records)
-    assert "module(s) Dense, which the export does not carry" in said
-    assert "pools by max" in said and "default to mean pooling" in said
+    assert FE.folder_defaults(folder) == {"normalize": True, "pooling": "max"}
+    # a module the runtime does not compute, or one whose files are missing: refused, not
+    # skipped (its vectors would differ from sentence-transformers')
+    for kinds, message in ((("Transformer", "Pooling", "LayerNorm"),
+                            "lists module sentence_transformers.models.LayerNorm, which "
+                            "bertonnx does not compute"),
+                           (("Transformer", "Pooling", "Dense"), "2_Dense/config.json is missing"),
+                           (("Pooling", "Transformer"), "does not start with a Transformer")):
+        other = pooling(modules(tmp_path / "-".join(kinds), *kinds), MEAN)
+        with pytest.raises(ArtifactError, match=message):
+            FE.folder_defaults(other)
 
 
 def test_a_damaged_modules_json_is_one_clear_error(tmp_path):
@@ -102,19 +108,10 @@ def test_export_records_the_folders_choice_and_load_checks_it(tiny_checkpoint, t
             load(out)
 
 
-@pytest.mark.slow
-def test_minilm_exports_its_own_choice_unit_vectors(minilm_dir, tmp_path):
-    from bertonnx.export import ExportOptions, export_model  # torch: lazy
-
-    m = export_model(minilm_dir, EMB, tmp_path / "out", ExportOptions(parity=False))
-    assert m.defaults == {"normalize": True, "pooling": "mean"}   # its 2_Normalize module
-    pipe = load(tmp_path / "out")
-    texts = ["A man is playing a guitar.", "The new movie is awesome."]
-    vecs = pipe(texts, return_tensors=True)
-    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(vecs, pipe(texts, pooling="mean", normalize=True,
-                                             return_tensors=True))
-    # the same folder without its Normalize module would keep raw vectors
+def test_minilm_chooses_mean_pooling_and_unit_vectors(minilm_dir, tmp_path):
+    """Its export (tests/runtime/core/pipelines/test_sentence_transformers_parity.py) records
+    this; the same folder without its Normalize module would keep raw vectors."""
+    assert FE.folder_defaults(minilm_dir) == {"normalize": True, "pooling": "mean"}
     bare = tmp_path / "bare"
     bare.mkdir()
     for p in minilm_dir.iterdir():
@@ -124,7 +121,6 @@ def test_minilm_exports_its_own_choice_unit_vectors(minilm_dir, tmp_path):
     (bare / "modules.json").write_text(json.dumps([x for x in listed
                                                    if not x["type"].endswith("Normalize")]))
     assert FE.folder_defaults(bare) == {"normalize": False, "pooling": "mean"}
-    shutil.rmtree(bare)
 
 
 def test_a_folder_made_elsewhere_keeps_its_choice_loaded_or_adopted(tiny_checkpoint, tmp_path):

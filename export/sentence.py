@@ -1,0 +1,61 @@
+"""A sentence-transformers folder's modules carried into its export: the stack the runtime
+computes after the encoder (runtime/core/sentence_transformers.py), recorded in the manifest,
+and each Dense module's weights written beside the graph as float32 safetensors.
+
+A Dense module saved as pytorch_model.bin (sentence-transformers before 3) is a pickle: it is
+read here, at export, with torch.load(weights_only=True), so the runtime never unpickles and
+never needs torch. Reference: sentence-transformers 5.7 base/modules/dense.py (`linear.weight`,
+`linear.bias`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import save_file
+
+from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.sentence_modules import Dense, load_dense, read_safetensors
+from bertonnx.runtime.core.sentence_transformers import folder_task, read_folder
+
+
+def carry(source: Path | None, task: str, out: Path) -> dict:
+    """The manifest's record of `source`'s stack, its Dense weights written into `out`; empty
+    unless `source` is a SentenceTransformer folder exported for the task it is made for."""
+    if source is None or folder_task(source) != task:
+        return {}
+    stack = read_folder(source)
+    mods = []
+    for m in stack.modules:
+        if isinstance(m, Dense):
+            m = _write_dense(m, source, out)
+        mods.append(m)
+    return replace(stack, modules=tuple(mods)).to_json()
+
+
+def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
+    path = source / m.weights
+    if path.suffix == ".bin":
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch's unpickling errors run to many lines
+            raise ArtifactError(f"{path} cannot be read as weights ({type(e).__name__})",
+                                "restore the file, or save the model again with "
+                                "sentence-transformers (safetensors)") from None
+        tensors = {k: v.detach().float().numpy() for k, v in state.items()
+                   if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
+    else:
+        tensors = read_safetensors(path)
+    rel = (Path(m.weights).parent / "model.safetensors").as_posix()
+    wanted = ("linear.weight", "linear.bias") if m.bias else ("linear.weight",)
+    missing = [k for k in wanted if k not in tensors]
+    if missing:
+        raise ArtifactError(f"{path} lacks {', '.join(missing)}", "restore the file")
+    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(tensors[k], dtype=np.float32) for k in wanted},
+              str(out / rel))
+    carried = replace(m, weights=rel)
+    load_dense(carried, out)   # the runtime's own reader and shape checks, on what it will read
+    return carried

@@ -1,0 +1,263 @@
+"""GET /openapi.json, the server's OpenAPI 3.1 document, and GET /docs, Swagger UI on it.
+
+The document is generated for the export being served from the route table (endpoints.py:
+the app's `Endpoint` records whose tasks hold the export's task) and the task record: each
+route's request body is a JSON schema (2020-12, OpenAPI 3.1's dialect) whose parameters come
+from the record's `Param`s — type and bounds from their `Rule` (a bound the model decides, such
+as QA's max_seq_len, at this model's value), the export's own default, the help, an example.
+The /docs page is Swagger UI served by the server itself from the `swagger-ui-bundle-v2`
+package's static files (the serve extra): no CDN, so it works offline and behind a firewall;
+its "Try it out" calls this server. Reference: TEI's router/src/http/server.rs (utoipa's
+document and SwaggerUi at /docs).
+"""
+from __future__ import annotations
+
+import html
+import re
+from importlib import metadata
+
+from starlette.responses import HTMLResponse, JSONResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..core.tasks import TASKS, pipeline_class
+from .endpoints import Endpoint, literal, param_schema
+
+try:  # Swagger UI's files (the serve extra); without them /docs says what to install
+    from swagger_ui_bundle import swagger_ui_path
+except ImportError:  # pragma: no cover — the serve extra installs it
+    swagger_ui_path = None
+
+STRING = {"type": "string"}
+ANSWER = {"description": "The pipeline's answer: transformers' output for the task, one per "
+                         "input for a list."}
+ERROR = {"type": "object", "properties": {"error": STRING, "type": STRING},
+         "required": ["error", "type"]}
+LIMITS = {400: "A malformed request, or a bad input or parameter (named).",
+          413: "Past a limit (--max-body-bytes, --max-inputs, --max-tokens, "
+               "--max-context-chars), named with its flag.",
+          503: "The model is loading, or the server is draining."}
+
+
+# -- /predict: Hugging Face's convention, from the task record --------------------------------
+
+SAMPLE = "Paris is the capital city of France."
+
+
+def example_input(pipe):
+    """One input of the task, from its record's example (`Task.example`)."""
+    mask = getattr(pipe.tokenizer, "mask_token", None) or "[MASK]"
+    return TASKS[pipe.task].example(SAMPLE, mask)
+
+
+def inputs_schema(pipe) -> dict:
+    """The task's JSON inputs from its record: its fields (`Task.inputs`), each typed as its
+    example gives it (a text, or a list of texts), optional where its /v2 tensor is; a lone
+    text for the one-text tasks (and where the other fields are optional), or a list of
+    those."""
+    cls = pipeline_class(pipe.task)
+    fields = TASKS[pipe.task].inputs
+    optional = {t.name for t in cls.tensors.inputs if t.optional}
+    example = example_input(pipe)
+    if fields == ("text",):
+        one = STRING
+    else:
+        typed = {name: {"type": "array", "items": STRING, "minItems": 1}
+                 if isinstance(example, dict) and isinstance(example.get(name), list)
+                 else STRING for name in fields}
+        record = {"type": "object", "properties": typed, "additionalProperties": False,
+                  "required": [name for name in fields if name not in optional]}
+        one = {"anyOf": [STRING, record]} if record["required"] == ["text"] else record
+    return {"description": "Send " + cls.input_hint + ".",
+            "anyOf": [one, {"type": "array", "items": one, "minItems": 1}]}
+
+
+def required_examples(pipe, allowed) -> dict:
+    """A working value of each parameter a call must give (zero-shot's candidate_labels)."""
+    return {p.name: literal(p.rule.example) for p in TASKS[pipe.task].params
+            if p.required and allowed(p)}
+
+
+def predict_request(state) -> dict:
+    pipe = state.pipeline
+    record = TASKS[pipe.task]
+    params = {p.name: param_schema(p, pipe) for p in record.params if p.request}
+    required = [p.name for p in record.params if p.request and p.required]
+    return {"type": "object", "additionalProperties": False,
+            "required": ["inputs", *(["parameters"] if required else [])],
+            "properties": {"inputs": inputs_schema(pipe),
+                           "parameters": {"type": "object", "properties": params,
+                                          "required": required,
+                                          "additionalProperties": False,
+                                          "description": "The pipeline's keyword arguments; "
+                                                         "left out, the export's defaults."}}}
+
+
+def predict_example(state):
+    pipe = state.pipeline
+    params = required_examples(pipe, lambda p: p.request)
+    return {"inputs": example_input(pipe), **({"parameters": params} if params else {})}
+
+
+# -- the other protocols' routes (openai.py, v2.py) -----------------------------------------
+
+def embeddings_request(state) -> dict:
+    return {"type": "object", "required": ["input", "model"], "additionalProperties": False,
+            "properties": {
+                "input": {"anyOf": [STRING, {"type": "array", "items": STRING,
+                                             "minItems": 1}]},
+                "model": {"type": "string", "enum": [state.name]},
+                "encoding_format": {"type": "string", "enum": ["float", "base64"],
+                                    "default": "float"},
+                "dimensions": {"type": "integer", "description": "The model's width only."},
+                "user": STRING}}
+
+
+def v2_request(state) -> dict:
+    pipe = state.pipeline
+    cls = pipeline_class(pipe.task)
+    params = {p.name: param_schema(p, pipe) for p in TASKS[pipe.task].params
+              if p.v2 is not False}
+    tensor = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
+        "name": {"type": "string", "enum": [t.name for t in cls.tensors.inputs]},
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "datatype": {"type": "string", "enum": ["BYTES"]},
+        "data": {"type": "array"}, "parameters": {"type": "object"}}}
+    return {"type": "object", "required": ["inputs"], "properties": {
+        "id": STRING, "inputs": {"type": "array", "items": tensor, "minItems": 1},
+        "outputs": {"type": "array", "items": {"type": "object"}},
+        "parameters": {"type": "object", "properties": params}}}
+
+
+def v2_example(state):
+    """The record's example input as tensors, where its fields are the tensors' (none for
+    text-ranking, whose rows are pairs)."""
+    pipe = state.pipeline
+    example = example_input(pipe)
+    tensors = [t.name for t in pipeline_class(pipe.task).tensors.inputs if not t.optional]
+    values = {"text": example} if isinstance(example, str) else example
+    if not all(isinstance(values.get(name), str) for name in tensors):
+        return None
+    params = required_examples(pipe, lambda p: p.v2 is not False)
+    return {"inputs": [{"name": name, "shape": [1], "datatype": "BYTES",
+                        "data": [values[name]]} for name in tensors],
+            **({"parameters": params} if params else {})}
+
+
+def _answer(schema: dict):
+    return lambda state: schema
+
+
+ENDPOINTS = (
+    Endpoint("POST", "/predict", "The task's answer (Hugging Face's inference convention).",
+             "bertonnx", None, predict_request, predict_example, _answer(ANSWER), LIMITS,
+             "Error"),
+    Endpoint("GET", "/health", "503 while the model loads, 200 once it answers.", "bertonnx",
+             response=_answer({"type": "object"})),
+    Endpoint("GET", "/metrics", "Prometheus text.", "bertonnx"),
+    Endpoint("GET", "/openapi.json", "This document.", "bertonnx",
+             response=_answer({"type": "object"})),
+    Endpoint("POST", "/v1/embeddings", "OpenAI's embeddings API.", "OpenAI",
+             ("feature-extraction",), embeddings_request,
+             lambda state: {"input": "What is Deep Learning?", "model": state.name},
+             _answer({"type": "object"}), LIMITS),
+    Endpoint("GET", "/v1/models", "The served model (OpenAI's list).", "OpenAI",
+             ("feature-extraction",), response=_answer({"type": "object"})),
+    Endpoint("GET", "/v2/health/ready", "Open Inference Protocol readiness.",
+             "Open Inference Protocol v2"),
+    Endpoint("GET", "/v2/models/{name}", "The model's tensors.", "Open Inference Protocol v2",
+             response=_answer({"type": "object"})),
+    Endpoint("POST", "/v2/models/{name}/infer", "Inference on tensors of text.",
+             "Open Inference Protocol v2", None, v2_request, v2_example,
+             _answer({"type": "object"}), {**LIMITS, 404: "Another model's name."}, "V2Error"),
+)
+
+
+# -- the document ----------------------------------------------------------------------------
+
+def document(state, table: tuple[Endpoint, ...], components: dict) -> dict:
+    """The OpenAPI 3.1 document of the routes `table` holds for the export being served."""
+    pipe = state.pipeline
+    try:
+        version = metadata.version("bertonnx")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    paths: dict[str, dict] = {}
+    for e in table:
+        if e.serves(pipe.task):
+            paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, state)
+    return {"openapi": "3.1.0",
+            "info": {"title": f"bertonnx serve: {state.name}", "version": version,
+                     "description": f"A {pipe.task} export served by bertonnx: "
+                                    f"{TASKS[pipe.task].summary} The routes below are the "
+                                    "ones this export answers."},
+            "paths": paths,
+            "components": {"schemas": {"Error": ERROR, "V2Error": {
+                "type": "object", "properties": {"error": STRING}, "required": ["error"]},
+                **components}}}
+
+
+def _operation(e: Endpoint, state) -> dict:
+    op = {"operationId": e.method.lower() + re.sub(r"\W+", "_", e.path).rstrip("_"),
+          "summary": e.summary, "tags": [e.tag]}
+    names = re.findall(r"{(\w+)}", e.path)
+    if names:   # the one model's name is the only one the server answers
+        op["parameters"] = [{"name": n, "in": "path", "required": True,
+                             "schema": {"type": "string", "enum": [state.name]}}
+                            for n in names]
+    if e.request is not None:
+        body = {"schema": e.request(state)}
+        example = e.example(state) if e.example is not None else None
+        if example is not None:
+            body["example"] = example
+        op["requestBody"] = {"required": True, "content": {"application/json": body}}
+    ok = {"description": "OK"}
+    if e.response is not None:
+        ok["content"] = {"application/json": {"schema": e.response(state)}}
+    op["responses"] = {"200": ok}
+    for status, why in e.errors.items():
+        answer = {"description": why}
+        if e.error_schema:
+            answer["content"] = {"application/json": {
+                "schema": {"$ref": f"#/components/schemas/{e.error_schema}"}}}
+        op["responses"][str(status)] = answer
+    return op
+
+
+# -- the routes ------------------------------------------------------------------------------
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>bertonnx serve: {name}</title>
+<link rel="stylesheet" href="/docs/static/swagger-ui.css">
+<link rel="icon" href="/docs/static/favicon-32x32.png"></head>
+<body><div id="swagger-ui"></div>
+<script src="/docs/static/swagger-ui-bundle.js"></script>
+<script>window.ui = SwaggerUIBundle({{url: "/openapi.json", dom_id: "#swagger-ui",
+  deepLinking: true, tryItOutEnabled: true}});</script>
+</body></html>
+"""
+
+
+def routes(h, table: tuple[Endpoint, ...], components: dict) -> list:
+    """/openapi.json (the model's routes: 503 until it is loaded) and /docs with its files."""
+    state = h.state
+
+    async def openapi(request):
+        if not state.ready:
+            return JSONResponse({"error": "the model is still loading; retry shortly",
+                                 "type": "NotReady"}, 503, headers={"Retry-After": "1"})
+        return JSONResponse(document(state, table, components))
+
+    async def docs(request):
+        if swagger_ui_path is None:
+            return JSONResponse({"error": "/docs needs Swagger UI's files: pip install "
+                                          "swagger-ui-bundle-v2 (the serve extra)",
+                                 "type": "NotInstalled"}, 404)
+        return HTMLResponse(_PAGE.format(name=html.escape(state.name)))
+
+    out = [Route("/openapi.json", openapi, methods=["GET"]),
+           Route("/docs", docs, methods=["GET"])]
+    if swagger_ui_path is not None:
+        out.append(Mount("/docs/static", StaticFiles(directory=str(swagger_ui_path)),
+                         name="swagger-ui"))
+    return out

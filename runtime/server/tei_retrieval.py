@@ -1,0 +1,93 @@
+"""TEI's /rerank and /embed_sparse (tei.py has the rest of TEI's API and its errors):
+
+    POST /rerank        text-ranking      {"query", "texts": [str], "raw_scores"?: false,
+                                           "return_text"?: false, "truncate"?,
+                                           "truncation_direction"?} -> [{"index", "text"?,
+                                           "score"}], highest score first
+    POST /embed_sparse  sparse-embedding  {"inputs": str | [str], "truncate"?,
+                                           "truncation_direction"?, "prompt_name"?}
+                                           -> [[{"index", "value"}]], by index
+
+A rerank's scores are the cross-encoder's (pipelines/text_ranking.py): its activation, sigmoid
+for one label (as TEI's), the logits with `raw_scores`; equal scores come out as TEI orders them
+(the higher index first). Each of `texts` counts against --max-inputs (TEI's
+max_client_batch_size bounds them the same way). A sparse vector is each text's non-zero SPLADE
+weights (pipelines/sparse_embedding.py), listed by vocabulary index as TEI lists them.
+Reference: TEI's router/src/http/server.rs (`rerank`, `embed_sparse`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .endpoints import check_served
+from .protocol import Parsed
+from .tei import (TeiWire, invalid, prompt_text, read_bool, read_object, read_prompt,
+                  read_texts, read_truncation, refuse_long, respond_json)
+from .wire import Call
+
+
+@dataclass(frozen=True)
+class _Rerank:
+    query: str
+    texts: list
+    truncate: bool
+    return_text: bool
+
+
+class RerankWire(TeiWire):
+    name = "tei-rerank"
+    FIELDS = frozenset({"query", "texts", "truncate", "truncation_direction", "raw_scores",
+                        "return_text"})
+
+    def parse(self, state, request, body: bytes) -> Call:
+        check_served(self.endpoint, state)
+        data = read_object(body, self.FIELDS, ("query", "texts"))
+        query = data["query"]
+        if not isinstance(query, str):
+            raise invalid("`query` must be a string", "query")
+        if not isinstance(data["texts"], list):
+            raise invalid("`texts` must be a list of strings", "texts")
+        texts = read_texts(data["texts"], "texts", state.options.limits.max_inputs)
+        params = {"raw_scores": read_bool(data, "raw_scores", False)}
+        ctx = _Rerank(query, texts, read_truncation(data), read_bool(data, "return_text", False))
+        return Call(Parsed({"query": query, "documents": texts}, True, params), ctx)
+
+    def price(self, prepared, pipe, limits, call: Call):
+        work = super().price(prepared, pipe, limits, call)
+        ctx: _Rerank = call.context
+        if not ctx.truncate:
+            refuse_long(pipe, [ctx.query] * len(ctx.texts), ctx.texts)
+        return work
+
+    def respond(self, answer, call: Call, work):
+        ctx: _Rerank = call.context
+        ranks = [{"index": r["corpus_id"],
+                  **({"text": ctx.texts[r["corpus_id"]]} if ctx.return_text else {}),
+                  "score": r["score"]} for r in sorted(answer, key=lambda r: r["corpus_id"])]
+        # TEI sorts by score, then reverses: equal scores come higher index first
+        ranks.sort(key=lambda r: r["score"])
+        return respond_json(ranks[::-1])
+
+
+class EmbedSparseWire(TeiWire):
+    name = "tei-embed-sparse"
+    FIELDS = frozenset({"inputs", "truncate", "truncation_direction", "prompt_name"})
+
+    def parse(self, state, request, body: bytes) -> Call:
+        check_served(self.endpoint, state)
+        data = read_object(body, self.FIELDS, ("inputs",))
+        texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
+        params = read_prompt(data, state.pipeline)
+        return Call(Parsed(texts, False, params), (read_truncation(data), params))
+
+    def price(self, prepared, pipe, limits, call: Call):
+        work = super().price(prepared, pipe, limits, call)
+        truncate, params = call.context
+        if not truncate:
+            prefix = prompt_text(pipe, params)
+            refuse_long(pipe, [prefix + t for t in prepared.read.records])
+        return work
+
+    def respond(self, answer, call: Call, work):
+        return respond_json([sorted(({"index": e["index"], "value": e["value"]} for e in vector),
+                                    key=lambda e: e["index"]) for vector in answer])

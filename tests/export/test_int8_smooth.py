@@ -1,0 +1,46 @@
+"""SmoothQuant before dynamic int8 (export/int8/smooth.py): the smoothed fp32 graph computes
+what the fused one does (each scale cancels against its weight row), a weight that several
+MatMuls read is scaled once, and the scales really move range from activations to weights.
+The real model it is for (all-mpnet-base-v2) is tests/export/test_mpnet_real.py's."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+
+from bertonnx.export.graph import save_model
+from bertonnx.export.int8 import smooth
+from bertonnx.export.int8.recipes import calibration_feeds
+from bertonnx.export.parity import session
+from bertonnx.runtime.core.contract import FP32_ATOL, MODEL_NAME
+from bertonnx.runtime.core.tokenizer import TextTokenizer
+
+
+def _outputs(path, feeds):
+    sess = session(path)
+    wanted = {i.name for i in sess.get_inputs()}
+    return [sess.run(None, {k: v for k, v in f.items() if k in wanted})[0] for f in feeds]
+
+
+def test_smoothed_graph_keeps_its_outputs_and_scales_a_shared_weight_once(tiny_export,
+                                                                          tmp_path):
+    # ALBERT's one layer group runs at both depths: its weights are read by two MatMuls each
+    folder = tiny_export("albert:fill-mask")
+    feeds = calibration_feeds(TextTokenizer.from_dir(folder))
+    proto = onnx.load(str(folder / MODEL_NAME))
+    readers = Counter(n.input[1] for n in proto.graph.node if n.op_type == "MatMul")
+    assert max(readers.values()) == 2  # the case under test is there
+    before = _outputs(folder / MODEL_NAME, feeds)
+
+    smoothed, n = smooth.smooth(proto, feeds, tmp_path)
+    assert n == sum(readers.values())  # every MatMul, each with its own Mul
+    inverses = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer
+                if i.name.endswith("_smooth_inverse")}
+    assert len(inverses) == len(readers)  # one scale per weight, shared by its readers
+    assert all(np.abs(np.log(v)).max() > 0.5 for v in inverses.values())  # not all near 1
+    save_model(smoothed, tmp_path / "smoothed.onnx")
+    after = _outputs(tmp_path / "smoothed.onnx", feeds)
+    # a weight scaled once per reader would be off by its scale, far outside this
+    worst = max(np.abs(a - b).max() for a, b in zip(after, before))
+    assert worst <= FP32_ATOL, worst

