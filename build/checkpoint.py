@@ -26,6 +26,7 @@ from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architect
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
 from bertonnx.runtime.core.files import read_json_object
+from bertonnx.runtime.core.tasks import EXPORT_TASKS
 
 from .config import BertConfig
 from .heads import TASKS as TASK_SPECS
@@ -35,7 +36,7 @@ from .save import TOKENIZER_FILES, hf_state_dict, save_pretrained, write_config
 
 __all__ = ["LoadedCheckpoint", "load_checkpoint", "load_pretrained", "save_pretrained",
            "hf_state_dict", "write_config", "read_state_dict", "convert_state_dict", "resolve",
-           "infer_task", "default_model_dir", "TOKENIZER_FILES", "WEIGHT_FILES"]
+           "infer_task", "inferred_task", "default_model_dir", "TOKENIZER_FILES", "WEIGHT_FILES"]
 
 log = logging.getLogger("bertonnx")
 
@@ -78,8 +79,17 @@ def resolve(path_or_hub_id: str | Path) -> Path:
 
 
 def infer_task(path_or_hub_id: str | Path) -> str:
-    """The task config.json's `architectures` names (e.g. RobertaForMaskedLM -> fill-mask; the
-    table is the runtime contract's ARCHITECTURE_TASKS, every family's classes)."""
+    """The task the folder is for (`inferred_task`)."""
+    return inferred_task(path_or_hub_id)[0]
+
+
+def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
+    """(the task the folder is for, where that came from — what `bertonnx export` says):
+    a sentence-transformers folder's own files say it (a SentenceTransformer's Pooling module,
+    a SparseEncoder's SpladePooling, a CrossEncoder's: ranking with one label, else
+    text-classification); else config.json's `architectures` (e.g. RobertaForMaskedLM ->
+    fill-mask; the table is the runtime contract's ARCHITECTURE_TASKS, every family's
+    classes)."""
     folder = resolve(path_or_hub_id)
     config = folder / "config.json"
     if not config.is_file():
@@ -89,21 +99,24 @@ def infer_task(path_or_hub_id: str | Path) -> str:
         family(hf.get("model_type", DEFAULT_MODEL_TYPE))
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
+    name = path_or_hub_id
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
     if embedder is not None:
-        return embedder
+        return embedder, f"from {name}'s modules.json: a SentenceTransformer with a Pooling module"
+    if sparse_encoder.is_splade_folder(folder):  # a SparseEncoder: its MLM logits pooled
+        return "sparse-embedding", f"from {name}'s modules.json: a SparseEncoder with SpladePooling"
+    ce = cross_encoder.read_cross_encoder(folder)
+    if ce is not None:
+        return cross_encoder.folder_task(folder), (
+            f"from {name}'s CrossEncoder files: {ce.num_labels} label"
+            f"{'' if ce.num_labels == 1 else 's'}")
     arches = hf.get("architectures") or []
     tasks = {ARCHITECTURE_TASKS[a] for a in arches if a in ARCHITECTURE_TASKS}
     if len(tasks) != 1:
         said = f"says {', '.join(arches)}" if arches else "names no architectures"
         raise ConfigError(f"cannot tell the task of {path_or_hub_id}: its config.json {said}",
-                          "pass --task (fill-mask, text-classification, token-classification, "
-                          "question-answering or feature-extraction)")
-    # a sentence-transformers CrossEncoder folder (a sequence classifier) ranks: one label
-    task = cross_encoder.folder_task(folder) or tasks.pop()
-    if sparse_encoder.is_splade_folder(folder):  # a SparseEncoder: its MLM logits pooled
-        task = "sparse-embedding"
-    return task
+                          f"pass --task (one of {', '.join(EXPORT_TASKS)})")
+    return tasks.pop(), f"from {name}'s config.json architectures: {', '.join(arches)}"
 
 
 def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:

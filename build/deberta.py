@@ -138,10 +138,10 @@ class RelativePositions(nn.Module):
 class DisentangledSelfAttention(nn.Module):
     """Content-to-content + content-to-position (c2p) + position-to-content (p2c) scores.
 
-    c2p[i, j] = q_i . pos_k[row(i, j)] and p2c[i, j] = k_j . pos_q[row(j, i)'s mirror]; for
-    equal query and key lengths transformers' p2c index is the transpose of c2p's, so one
-    (T, T) index serves both. Attribute names follow SelfAttention's (q, k, v, out), so the
-    key table and the training code see the same layer."""
+    c2p[i, j] = q_i . pos_k[row(i - j)] and p2c[i, j] = k_j . pos_q[row(i - j)] (transformers'
+    p2c index, -bucket(j - i), is the same row: the buckets are odd in d), so one (T, T) index
+    serves both, gathered along the keys for c2p and along the queries for p2c. Attribute
+    names follow SelfAttention's (q, k, v, out): the key table and training see one layer."""
 
     def __init__(self, c: BertConfig):
         super().__init__()

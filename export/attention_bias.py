@@ -24,28 +24,44 @@ from onnx import helper
 ATTENTION_BIAS = 5  # Attention's inputs: input, weights, bias, mask_index, past, attention_bias
 
 
+def _from_padding_mask(node: onnx.NodeProto | None, made: dict, hops: int = 6) -> bool:
+    """Is `node` BERT's additive padding mask, Mul(Sub(1, Cast(Unsqueeze(Unsqueeze(
+    attention_mask)))), min): a Mul whose first input leads up to the graph input?"""
+    if node is None or node.op_type != "Mul":
+        return False
+    name = node.input[0]
+    for _ in range(hops):
+        if name == "attention_mask":
+            return True
+        up = made.get(name)
+        if up is None or up.op_type not in ("Sub", "Cast", "Unsqueeze"):
+            return False
+        name = up.input[-1] if up.op_type == "Sub" else up.input[0]
+    return False
+
+
 def detach(proto: onnx.ModelProto) -> str | None:
-    """Rewire every scores Add that reads mask + bias to read the mask; the bias's name, kept
-    as a graph output until `attach`; None (graph untouched) when no layer reads such a sum."""
+    """Rewire every scores Add that reads padding mask + bias to read the mask; the bias's
+    name, kept as a graph output until `attach`; None (graph untouched) unless every such Add
+    reads the same bias (one computed once, MPNet's)."""
     g = proto.graph
     made = {out: node for node in g.node for out in node.output}
-    bias = None
+    found = []  # (scores Add, its input index, the sum Add)
     for softmax in (n for n in g.node if n.op_type == "Softmax"):
         scores = made.get(softmax.input[0])
         if scores is None or scores.op_type != "Add":
             continue
         for i, name in enumerate(scores.input):
             total = made.get(name)
-            mask = made.get(total.input[0]) if total is not None and total.op_type == "Add" \
-                else None
-            if mask is None or mask.op_type != "Mul":
-                continue
-            if bias not in (None, total.input[1]):
-                raise ValueError("layers read different attention biases")
-            bias = total.input[1]
-            scores.input[i] = total.input[0]
-    if bias is not None:
-        g.output.append(helper.make_empty_tensor_value_info(bias))
+            if (total is not None and total.op_type == "Add"
+                    and _from_padding_mask(made.get(total.input[0]), made)):
+                found.append((scores, i, total))
+    if len({total.input[1] for _, _, total in found}) != 1:
+        return None  # none, or per-layer biases: not this pattern
+    for scores, i, total in found:
+        scores.input[i] = total.input[0]
+    bias = found[0][2].input[1]
+    g.output.append(helper.make_empty_tensor_value_info(bias))
     return bias
 
 

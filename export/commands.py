@@ -59,11 +59,10 @@ def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
     from .api import ExportOptions, export_model
 
     if task is None:
-        from bertonnx.build.checkpoint import infer_task  # lazy: torch, as above
+        from bertonnx.build.checkpoint import inferred_task  # lazy: torch, as above
 
-        task = infer_task(model)
-        _progress(f"task {task} (from {model}'s config.json architectures, or its "
-                  "sentence-transformers files)")
+        task, came_from = inferred_task(model)
+        _progress(f"task {task} ({came_from})")
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
                          force=force, tokenizer=tokenizer, target_cpu=target_cpu,
                          int8_recipe=int8_recipe, measure_recipes=measure_recipes,

@@ -1,7 +1,10 @@
 """Fusion with onnxruntime's transformer optimizer, and its checkable outcome.
 
 The optimizer's model_type is the family row's (runtime/core/families.py `ort_model_type`):
-"bert" for every family bertonnx loads.
+"bert" for every family bertonnx loads. ModernBERT's rotary attention, which the optimizer has
+no pattern for, is fused by bertonnx's own pass first (rotary_attention.py). DeBERTa's
+disentangled attention has no pattern either and stays unfused: its row's `fully_fused` is
+False, and check_fused lets it be (docs/families.md measures what that costs).
 
 Graph before / after, per encoder layer:
 

@@ -1,6 +1,8 @@
-"""A sentence-transformers folder's modules carried into its export: the stack the runtime
+"""A sentence-transformers folder's settings carried into its export: the stack the runtime
 computes after the encoder (runtime/core/sentence_transformers.py), recorded in the manifest,
-and each Dense module's weights written beside the graph as float32 safetensors.
+and each Dense module's weights written beside the graph as float32 safetensors. A SparseEncoder
+or CrossEncoder folder records how it reads text (maximum length, lowercasing, prompts) and no
+modules: its pooling or head is in the graph.
 
 A Dense module saved as pytorch_model.bin (sentence-transformers before 3) is a pickle: it is
 read here, at export, with torch.load(weights_only=True), so the runtime never unpickles and
@@ -16,17 +18,39 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
-from bertonnx.runtime.core.errors import ArtifactError
+from bertonnx.runtime.core.cross_encoder import read_cross_encoder
+from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.sentence_modules import Dense, load_dense, read_safetensors
 from bertonnx.runtime.core.sentence_transformers import folder_task, read_folder
+from bertonnx.runtime.core.sparse_encoder import is_splade_folder
+from bertonnx.runtime.core.tasks import TASKS
+
+# task -> whether a folder is of the sentence-transformers class that task exports
+_MADE_FOR = {"feature-extraction": lambda src: folder_task(src) is not None,
+             "sparse-embedding": is_splade_folder,
+             "text-ranking": lambda src: read_cross_encoder(src) is not None,
+             "text-classification": lambda src: read_cross_encoder(src) is not None}
 
 
 def carry(source: Path | None, task: str, out: Path) -> dict:
-    """The manifest's record of `source`'s stack, its Dense weights written into `out`; empty
-    unless `source` is a SentenceTransformer folder exported for the task it is made for."""
-    if source is None or folder_task(source) != task:
+    """The manifest's record of `source`'s settings (a SentenceTransformer's Dense weights
+    written into `out`); empty unless `source` is a folder of the sentence-transformers class
+    `task` exports."""
+    if source is None or task not in _MADE_FOR or not _MADE_FOR[task](source):
         return {}
-    stack = read_folder(source)
+    stack = read_folder(source, task)
+    if stack is None:   # a CrossEncoder saved before 5.4: no modules.json, no prompts
+        return {}
+    if "prompt_name" not in TASKS[task].parameters:
+        # a CrossEncoder of several labels, exported for text-classification (no prompts)
+        if stack.default_prompt_name and stack.prompts[stack.default_prompt_name]:
+            raise ConfigError(f"{source} is a CrossEncoder whose default prompt "
+                              f"({stack.default_prompt_name!r}) goes before every query, which "
+                              f"bertonnx's {task} does not do",
+                              "remove default_prompt_name from its "
+                              "config_sentence_transformers.json and put the prompt before "
+                              "each query yourself")
+        return {}
     mods = []
     for m in stack.modules:
         if isinstance(m, Dense):

@@ -81,5 +81,7 @@ INT8_MIN_AGREEMENT = 0.9   # top-1 / argmax / exact-span agreement with fp32 tor
 PARITY_SHAPES = tuple((b, s) for b in (1, 2, 7) for s in (1, 5, 33)) + ((1, "max"), (2, "max"))
 
 MANIFEST_NAME = "bertonnx.json"
-MANIFEST_VERSION = 1
+# The newest manifest schema this runtime reads; what each version adds, and which exports
+# are written with it: manifest.py `written_version`.
+MANIFEST_VERSION = 2
 MODEL_NAME = "model.onnx"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from .errors import ConfigError
 from .files import read_json_object
@@ -50,7 +51,8 @@ def _json(path: Path) -> dict:
     return read_json_object(path, "restore the file") if path.is_file() else {}
 
 
-def _num_labels(config: dict) -> int:
+def label_count(config: Mapping) -> int:
+    """config.json's labels: id2label's, else num_labels (transformers' default 2)."""
     id2label = config.get("id2label")
     if isinstance(id2label, dict) and id2label:
         return len(id2label)
@@ -89,7 +91,7 @@ def read_cross_encoder(path: str | Path) -> CrossEncoderFolder | None:
     found, named = _declared(path, config)
     if not found:
         return None
-    n = _num_labels(config)
+    n = label_count(config)
     if named is None:
         return CrossEncoderFolder(path, "sigmoid" if n == 1 else "identity", n)
     name = ACTIVATION_NAMES.get(named.rsplit(".", 1)[-1])

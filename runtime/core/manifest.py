@@ -2,6 +2,15 @@
 
 Written by export (`Manifest.write`), read and verified by the runtime (`Manifest.read`):
 schema version, task, files with sha256 (paths confined to the export folder).
+
+Schema versions: a reader refuses, in one line, a manifest of a version newer than it reads
+(every bertonnx has), and ignores fields it does not know. So a field that changes the answers
+raises the version, and only the exports that hold it are written with the new one; every other
+export keeps the version older readers load, and this reader loads them all.
+
+    1  the first
+    2  `sentence_transformers`: a sentence-transformers folder's modules after the encoder, its
+       maximum length, lowercasing and prompts (a reader of 1 would compute other vectors)
 """
 from __future__ import annotations
 
@@ -57,9 +66,9 @@ class Manifest:
     # parameter -> this export's own default, over the task record's: what the model's folder
     # chose (Pipeline.folder_defaults: a sentence-transformers folder's pooling and normalize)
     defaults: dict = field(default_factory=dict)
-    # a sentence-transformers folder's modules after the encoder (Pooling, Dense, Normalize),
-    # its maximum length, lowercasing and prompts: runtime/core/sentence_transformers.py
-    # SentenceStack.to_json; {} for any other model
+    # a sentence-transformers folder's modules after the encoder (Pooling, Dense, Normalize;
+    # none for a SparseEncoder's or a CrossEncoder's), its maximum length, lowercasing and
+    # prompts: runtime/core/sentence_modules.py SentenceStack.to_json; {} for any other model
     sentence_transformers: dict = field(default_factory=dict)
     # {} for a head the checkpoint trained for `task`; else which weights were initialised
     # rather than loaded, or came from another task's head (runtime/core/untrained.py)
@@ -74,7 +83,13 @@ class Manifest:
         self.files = {p.relative_to(folder).as_posix(): sha256(p)
                       for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST_NAME}
 
+    def written_version(self) -> int:
+        """The oldest schema version whose readers answer as this export should (see the
+        module docstring)."""
+        return 2 if self.sentence_transformers else 1
+
     def write(self, folder: Path) -> Path:
+        self.version = self.written_version()
         self.hash_files(folder)
         path = folder / MANIFEST_NAME
         path.write_text(self.to_json(), encoding="utf-8")

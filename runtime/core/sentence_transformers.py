@@ -19,9 +19,15 @@ What a SentenceTransformer does after its encoder, as the folder says, in both f
 v2-v4 name the classes `sentence_transformers.models.X`; 5.4+ writes
 `sentence_transformers.base.modules.transformer.Transformer`,
 `sentence_transformers.sentence_transformer.modules.pooling.Pooling`, ... A module or setting
-the runtime would not reproduce is refused in one line, never skipped. Reference:
-sentence-transformers 5.7 (sentence_transformer/modules/pooling.py, base/modules/dense.py,
-base/modules/transformer.py, sentence_transformer/modules/normalize.py, base/model.py).
+the runtime would not reproduce is refused in one line, never skipped.
+
+A SparseEncoder's folder (5.0-5.3: MLMTransformer, whose sentence_bert_config.json holds
+max_seq_length; 5.4+: Transformer with transformer_task "fill-mask") and a CrossEncoder's
+(transformer_task "sequence-classification") read text the same way: the same Transformer
+config and prompts, read here by the same code (`read_folder(path, task)`), into a stack with
+no modules (their pooling or head is in the graph). Reference: sentence-transformers 5.7
+(sentence_transformer/modules/pooling.py, base/modules/dense.py, base/modules/transformer.py,
+sentence_transformer/modules/normalize.py, base/model.py `_resolve_prompt`).
 """
 from __future__ import annotations
 
@@ -49,6 +55,15 @@ LEGACY_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max
                 "pooling_mode_lasttoken": "lasttoken"}
 # The Transformer module's `transformer_task` whose output is token vectors (its AutoModel)
 TOKEN_FEATURES = "feature-extraction"
+# The model classes whose folders read text this way, by the task bertonnx exports them for:
+# (the Transformer module's transformer_task, the prompt names every model of the class has:
+# `_default_prompts` of sentence_transformer/model.py, sparse_encoder/model.py, base/model.py)
+MODEL_CLASSES = {"feature-extraction": (TOKEN_FEATURES, DEFAULT_PROMPTS),   # SentenceTransformer
+                 "sparse-embedding": ("fill-mask", DEFAULT_PROMPTS),        # SparseEncoder
+                 "text-ranking": ("sequence-classification", {}),           # CrossEncoder
+                 "text-classification": ("sequence-classification", {})}    # CrossEncoder
+# the first module of a folder: the encoder (MLMTransformer: SparseEncoder 5.0-5.3's)
+ENCODERS = ("Transformer", "MLMTransformer")
 # The Transformer module's config file, by the names older releases gave it (transformer.py)
 TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.json",
                        "sentence_distilbert_config.json", "sentence_camembert_config.json",
@@ -87,8 +102,10 @@ def folder_task(path: Path) -> str | None:
     return "feature-extraction" if model_type in (None, "SentenceTransformer") else None
 
 
-def read_folder(path: Path) -> SentenceStack | None:
-    """The stack a sentence-transformers folder declares (None without modules.json); an
+def read_folder(path: Path, task: str = TOKEN_FEATURES) -> SentenceStack | None:
+    """What a sentence-transformers folder declares for `task` (a MODEL_CLASSES key): for
+    feature-extraction its modules after the encoder, for the others none; for each, how it
+    reads text (maximum length, lowercasing, prompts). None without modules.json; an
     ArtifactError names a module or setting the runtime would not reproduce."""
     path = Path(path)
     listed = read_modules(path)
@@ -96,14 +113,26 @@ def read_folder(path: Path) -> SentenceStack | None:
         return None
     where = path / MODULES_FILE
     names = [t.rsplit(".", 1)[-1] for t, _ in listed]
-    if not listed or names[0] != "Transformer" or listed[0][1] not in ("", "."):
+    if not listed or names[0] not in ENCODERS or listed[0][1] not in ("", "."):
         raise ArtifactError(f"{where} does not start with a Transformer module at the folder's "
                             "root", "re-save it with sentence-transformers "
                             "(SentenceTransformer(DIR).save(NEW_DIR)) and export that")
     classic = any(t.startswith("sentence_transformers.models.") for t, _ in listed)
-    max_len, lower = _transformer(path, where)
+    transformer_task, prompts = MODEL_CLASSES[task]
+    max_len, lower = _transformer(path, transformer_task)
+    mods = _modules(path, listed[1:], where) if task == TOKEN_FEATURES else ()
+    stack = SentenceStack(mods, max_len, lower, **_model_config(path, prompts),
+                          format="v2-v4" if classic else "v5")
+    if task == TOKEN_FEATURES:
+        check_order(stack, where)
+    return stack
+
+
+def _modules(path: Path, listed: list[tuple[str, str]], where: Path) -> tuple[Module, ...]:
+    """A SentenceTransformer's modules after its encoder (Dropout: the identity at inference)."""
     mods: list[Module] = []
-    for (kind, rel), name in zip(listed[1:], names[1:]):
+    for kind, rel in listed:
+        name = kind.rsplit(".", 1)[-1]
         if not kind.startswith("sentence_transformers.") or name not in (*KINDS, "Dropout"):
             raise ArtifactError(f"{where} lists module {kind}, which bertonnx does not compute",
                                 "export a folder made of Transformer, Pooling, Dense and "
@@ -114,39 +143,44 @@ def read_folder(path: Path) -> SentenceStack | None:
             mods.append(_dense(path, rel))
         elif name == "Normalize":
             mods.append(Normalize())
-        # Dropout is the identity at inference
-    st = read_json_object(path / ST_CONFIG, "restore the file") if (
-        path / ST_CONFIG).is_file() else {}
+    return tuple(mods)
+
+
+def _model_config(path: Path, default_prompts: dict) -> dict:
+    """config_sentence_transformers.json's prompts (over the class's `default_prompts`),
+    default prompt and similarity function, as SentenceStack fields."""
+    config = path / ST_CONFIG
+    st = read_json_object(config, "restore the file") if config.is_file() else {}
     prompts = st.get("prompts") or {}
     default = st.get("default_prompt_name")
     if not (isinstance(prompts, dict) and all(isinstance(v, (str, type(None)))
                                               for v in prompts.values())):
-        raise ArtifactError(f"{path / ST_CONFIG} has prompts that are not strings",
-                            "restore the file")
+        raise ArtifactError(f"{config} has prompts that are not strings", "restore the file")
+    prompts = {**default_prompts, **{k: v or "" for k, v in prompts.items()}}
     if default is not None and default not in prompts:
-        raise ArtifactError(f"{path / ST_CONFIG}: default prompt {default!r} is not one of its "
-                            "prompts", "restore the file")
+        raise ArtifactError(f"{config}: default prompt {default!r} is not one of its prompts",
+                            "restore the file")
     similarity = st.get("similarity_fn_name") or "cosine"
     if similarity not in SIMILARITIES:
-        raise ArtifactError(f"{path / ST_CONFIG} names similarity function {similarity!r}",
+        raise ArtifactError(f"{config} names similarity function {similarity!r}",
                             f"use one of {', '.join(SIMILARITIES)}")
-    stack = SentenceStack(tuple(mods), max_len, lower,
-                          {**DEFAULT_PROMPTS, **{k: v or "" for k, v in prompts.items()}},
-                          default, similarity,
-                          "v2-v4" if classic else "v5")
-    check_order(stack, where)
-    return stack
+    return {"prompts": prompts, "default_prompt_name": default,
+            "similarity_fn_name": similarity}
 
 
-def _transformer(path: Path, where) -> tuple[int | None, bool]:
-    """The Transformer module's maximum length and lowercasing (sentence_bert_config.json)."""
+def _transformer(path: Path, expected: str) -> tuple[int | None, bool]:
+    """The Transformer module's maximum length and lowercasing (sentence_bert_config.json);
+    ArtifactError when it runs another transformer_task than `expected` (or, for token
+    features, answers something else)."""
     config = next((path / n for n in TRANSFORMER_CONFIGS if (path / n).is_file()), None)
     data = read_json_object(config, "restore the file") if config else {}
-    task = data.get("transformer_task", TOKEN_FEATURES)
+    task = data.get("transformer_task", expected)
     out = data.get("module_output_name", TOKENS)
-    if task != TOKEN_FEATURES or out != TOKENS:
-        raise ArtifactError(f"{config}'s Transformer gives {out} ({task}), not token "
-                            "embeddings", "export it for the task its encoder was made for")
+    if task != expected or (expected == TOKEN_FEATURES and out != TOKENS):
+        got = f"gives {out} ({task}), not token embeddings" if expected == TOKEN_FEATURES \
+            else f"runs {task}, not the {expected} this kind of folder holds"
+        raise ArtifactError(f"{config}'s Transformer {got}",
+                            "export it for the task its encoder was made for")
     kwargs = {**(data.get("processing_kwargs") or {}).get("common", {}),
               **(data.get("processing_kwargs") or {}).get("text", {})}
     limit = next((v for v in (kwargs.get("max_length"),

@@ -18,16 +18,16 @@ folder) read it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ArtifactError, ConfigError
+from .errors import ConfigError
+from .files import read_json_object
+from .sentence_transformers import ENCODERS, read_modules
 
 POOLING_STRATEGIES = ("max", "sum")
 ACTIVATIONS = ("relu", "log1p_relu")
-# the module class names a SPLADE folder lists (the last part of modules.json's "type")
-_ENCODERS = {"Transformer", "MLMTransformer"}
+# the module class a SPLADE folder lists after its encoder (the last part of modules.json's "type")
 _POOLING = "SpladePooling"
 
 
@@ -54,15 +54,8 @@ class SpladePooling:
 
 def _modules(folder: Path) -> list[tuple[str, str]] | None:
     """modules.json's (class name, path) pairs; None without the file."""
-    listed = folder / "modules.json"
-    if not listed.is_file():
-        return None
-    try:
-        modules = json.loads(listed.read_text(encoding="utf-8"))
-        return [(str(m["type"]).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise ArtifactError(f"{listed} is not a sentence-transformers module list ({e})",
-                            "restore the file, or remove it") from None
+    listed = read_modules(folder)
+    return None if listed is None else [(kind.rsplit(".", 1)[-1], rel) for kind, rel in listed]
 
 
 def is_splade_folder(folder: str | Path) -> bool:
@@ -81,7 +74,7 @@ def splade_pooling(folder: str | Path | None) -> SpladePooling:
     modules = _modules(folder)
     if modules is None or not any(kind == _POOLING for kind, _ in modules):
         return SpladePooling()
-    other = sorted({kind for kind, _ in modules} - _ENCODERS - {_POOLING})
+    other = sorted({kind for kind, _ in modules} - set(ENCODERS) - {_POOLING})
     if other:
         raise ConfigError(f"{folder} holds sentence-transformers module(s) {', '.join(other)} "
                           "beside SpladePooling, which bertonnx does not run",
@@ -90,12 +83,7 @@ def splade_pooling(folder: str | Path | None) -> SpladePooling:
     config = folder / path / "config.json"
     if not config.is_file():
         return SpladePooling()
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ArtifactError(f"{config} is not JSON ({e})", "restore the file") from None
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{config} is not a JSON object", "restore the file")
+    data = read_json_object(config, "restore the file")
     try:
         return SpladePooling(data.get("pooling_strategy", "max"),
                              data.get("activation_function", "relu"))

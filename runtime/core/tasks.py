@@ -75,6 +75,23 @@ def _ranked(text: str, mask_token: str) -> dict:
     return {"query": " ".join(text.split()[:6]), "documents": [text]}
 
 
+# sentence-transformers' encode(prompt_name=, prompt=) (CrossEncoder's predict and rank: on the
+# query), put before each text; the prompt names are the model folder's
+# (pipelines/sentence_folder.py)
+PROMPT_PARAMS = (
+    Param("prompt_name", text(among=lambda pipe: pipe.prompts), None,
+          "One of the model's prompts, by name [default: its default prompt, if any]."),
+    Param("prompt", text(), None, "A prompt (wins over prompt_name; '' for none)."),
+)
+# Which end of a text longer than the model is cut: TEI's truncation_direction (the tokenizers
+# library's, as TEI truncates); "right", where sentence-transformers cuts, by default
+DIRECTIONS = ("right", "left")
+TRUNCATION_DIRECTION = Param(
+    "truncation_direction", choice(DIRECTIONS, fold_case=True), "right",
+    "Which end of a text longer than the model is cut (left: its start).",
+    Flag(options=DIRECTIONS))
+
+
 def _top_k_or_all(value: str | None):
     """classify's --top-k: left out -> transformers' flat shape, 'all' -> every label."""
     if value is None:
@@ -168,10 +185,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "Unit-length vectors (cosine similarity = dot product; an export of a "
               "sentence-transformers folder: as the folder chose by default).",
               Flag(negatable=True)),
-        # sentence-transformers' encode(prompt_name=, prompt=), put before each text
-        Param("prompt_name", text(among=lambda pipe: pipe.prompts), None,
-              "One of the model's prompts, by name [default: its default prompt, if any]."),
-        Param("prompt", text(), None, "A prompt (wins over prompt_name; '' for none)."),
+        *PROMPT_PARAMS, TRUNCATION_DIRECTION,
         Param("return_tensors", boolean(), False, "numpy arrays instead of lists.",
               flag=None, request=False, v2=False),
     ), per_token=False, agreement="cosine", vector_output=True, example=_text,
@@ -186,6 +200,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "Keep the k largest weights of each text (default: every non-zero one)."),
         Param("return_tokens", boolean(), False,
               "Name each index's vocabulary token (\"token\")."),
+        *PROMPT_PARAMS, TRUNCATION_DIRECTION,
     ), per_token=False, agreement="sparse", vector_output=False, example=_text,
         hf_truncation=False),
     # A sequence classifier of one label scoring (query, document) pairs: a cross-encoder
@@ -202,6 +217,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
         # a CrossEncoder folder's own activation, recorded at export (Manifest.defaults)
         Param("activation_fn", choice(ACTIVATIONS), "sigmoid", "What turns logits into scores.",
               flag=None, request=False, v2=False),
+        *PROMPT_PARAMS, TRUNCATION_DIRECTION,
     ), per_token=False, agreement="ranking", vector_output=False, example=_ranked,
         hf_truncation=False),
     # An NLI classifier asked whether each text entails "This example is {label}." for every

@@ -13,9 +13,10 @@ LlamaIndex's TEI embeddings, code written against TEI), answered in TEI's shapes
 and /rerank, /embed_sparse (tei_retrieval.py). TEI's defaults hold on its routes, whatever
 the export's own: /embed answers unit vectors unless `normalize` is false. `dimensions` keeps a
 vector's first N values (normalized after, as TEI does: Matryoshka models). Texts longer than
-the model are truncated (TEI's --auto-truncate, on by default); `truncate: false` refuses
-them instead. `truncation_direction` "Left" and token-id inputs are refused (the pipelines
-truncate on the right, as sentence-transformers does, and read text).
+the model are truncated (TEI's --auto-truncate, on by default), at their end unless
+`truncation_direction` is "Left" (the pipelines' truncation_direction: the tokenizers library
+cuts, as in TEI); `truncate: false` refuses them instead. Token-id inputs are refused (the
+pipelines read text).
 
 Errors are TEI's `{"error", "error_type"}`: 422 `Validation` for a request the server will
 not run (a bad field, a text past the model with truncate false, a request past a limit: the
@@ -36,7 +37,7 @@ import numpy as np
 from starlette.responses import JSONResponse, Response
 
 from ..core.postprocess import l2_normalize
-from ..core.tasks import TASKS
+from ..core.tasks import DIRECTIONS, TASKS
 from ..core.tensors import hidden_size
 from .endpoints import Endpoint, check_served
 from .protocol import Parsed
@@ -127,20 +128,17 @@ def read_bool(data: dict, field: str, default: bool) -> bool:
     return value
 
 
-def read_truncation(data: dict) -> bool:
-    """`truncate` (null: TEI's --auto-truncate, on) and `truncation_direction` (Right only)."""
+def read_truncation(data: dict) -> tuple[bool, dict]:
+    """`truncate` (null: TEI's --auto-truncate, on) and `truncation_direction` ("Right" or
+    "Left", TEI's names): whether long texts are cut, and the pipeline's parameter."""
     truncate = data.get("truncate")
     if truncate is not None and not isinstance(truncate, bool):
         raise invalid("`truncate` must be true, false or null", "truncate")
     direction = data.get("truncation_direction", "Right")
-    if direction not in ("Right", "right", "Left", "left"):
+    if not isinstance(direction, str) or direction.lower() not in DIRECTIONS:
         raise invalid("`truncation_direction` must be \"Right\" or \"Left\"",
                       "truncation_direction")
-    if direction in ("Left", "left"):
-        raise invalid("truncation_direction \"Left\" is not supported: bertonnx truncates "
-                      "long texts on the right, as sentence-transformers does; leave it out",
-                      "truncation_direction")
-    return truncate is not False
+    return truncate is not False, {"truncation_direction": direction.lower()}
 
 
 def read_prompt(data: dict, pipe) -> dict:
@@ -199,7 +197,7 @@ class EmbedWire(TeiWire):
         data = read_object(body, self.FIELDS, ("inputs",))
         texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
         normalize = read_bool(data, "normalize", True)
-        truncate = read_truncation(data)
+        truncate, direction = read_truncation(data)
         dimensions = data.get("dimensions")
         if dimensions is not None:
             width = hidden_size(pipe)
@@ -209,7 +207,8 @@ class EmbedWire(TeiWire):
                 raise invalid(VALIDATION + "`dimensions` should be smaller than the maximum "
                               f"embedding dimension ({width})", "dimensions")
         # with dimensions the vector is cut first and normalized after (TEI's order)
-        params = {"normalize": normalize and dimensions is None, **read_prompt(data, pipe)}
+        params = {"normalize": normalize and dimensions is None, **read_prompt(data, pipe),
+                  **direction}
         return Call(Parsed(texts, False, params), _Embed(truncate, dimensions, normalize))
 
     def price(self, prepared, pipe, limits, call: Call):

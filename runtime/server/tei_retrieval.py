@@ -48,15 +48,16 @@ class RerankWire(TeiWire):
         if not isinstance(data["texts"], list):
             raise invalid("`texts` must be a list of strings", "texts")
         texts = read_texts(data["texts"], "texts", state.options.limits.max_inputs)
-        params = {"raw_scores": read_bool(data, "raw_scores", False)}
-        ctx = _Rerank(query, texts, read_truncation(data), read_bool(data, "return_text", False))
+        truncate, direction = read_truncation(data)
+        params = {"raw_scores": read_bool(data, "raw_scores", False), **direction}
+        ctx = _Rerank(query, texts, truncate, read_bool(data, "return_text", False))
         return Call(Parsed({"query": query, "documents": texts}, True, params), ctx)
 
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)
         ctx: _Rerank = call.context
-        if not ctx.truncate:
-            refuse_long(pipe, [ctx.query] * len(ctx.texts), ctx.texts)
+        if not ctx.truncate:   # the query as the model reads it: after the default prompt
+            refuse_long(pipe, [prompt_text(pipe, {}) + ctx.query] * len(ctx.texts), ctx.texts)
         return work
 
     def respond(self, answer, call: Call, work):
@@ -77,8 +78,9 @@ class EmbedSparseWire(TeiWire):
         check_served(self.endpoint, state)
         data = read_object(body, self.FIELDS, ("inputs",))
         texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
-        params = read_prompt(data, state.pipeline)
-        return Call(Parsed(texts, False, params), (read_truncation(data), params))
+        truncate, direction = read_truncation(data)
+        params = {**read_prompt(data, state.pipeline), **direction}
+        return Call(Parsed(texts, False, params), (truncate, params))
 
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)

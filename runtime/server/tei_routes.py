@@ -28,9 +28,9 @@ def texts_schema(state, field: str = "inputs") -> dict:
 TRUNCATE = {"anyOf": [{"type": "boolean"}, NULL], "default": None,
             "description": "Cut texts longer than the model to its length (null: the server's "
                            "--auto-truncate, on); false refuses them with a 422."}
-DIRECTION = {"type": "string", "enum": ["Right", "right"], "default": "Right",
-             "description": "Which end of a long text is cut. \"Left\" is refused: bertonnx "
-                            "cuts on the right, as sentence-transformers does."}
+DIRECTION = {"type": "string", "enum": ["Right", "Left", "right", "left"], "default": "Right",
+             "description": "Which end of a long text is cut: Right its end (where "
+                            "sentence-transformers cuts), Left its start."}
 
 
 def _prompt(state) -> dict:

@@ -42,9 +42,10 @@ def compare(folder, task: str, T: int = 29, attn: str = "sdpa"):
     return ours, ref, (ids, mask)
 
 
-@pytest.mark.parametrize("task", list(HF_CLASS))
+@pytest.mark.parametrize("task", ["feature-extraction", "question-answering"])
 def test_four_layers_past_the_window_match_transformers(tiny_hf_checkpoint, task):
-    # layers 0 and 3 global, 1 and 2 local; 29 tokens reach far past the +-4 window
+    # layers 0 and 3 global, 1 and 2 local; 29 tokens reach far past the +-4 window (every
+    # task's head on the 2-layer model: tests/build/test_family.py)
     folder = tiny_hf_checkpoint(task, model_type="modernbert", num_hidden_layers=4,
                                 global_attn_every_n_layers=3)
     ours, _, _ = compare(folder, task)

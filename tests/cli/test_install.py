@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from bertonnx.runtime import load
 from bertonnx.runtime.cli import COMMANDS
+
+from tests.runtime._compare import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
 # what a clean clone holds that the build does not need (or that a dev tree adds)
@@ -118,3 +121,52 @@ def test_bench_from_the_wheel_without_torch(user_venv, tmp_path):
               "--texts", texts, "--json"], cwd=bin_)
     assert r.returncode == 0, r.stderr[-2000:]
     assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx int8 fused"]
+
+
+def _wheel_json(bin_, *argv):
+    """`bertonnx ARGV --json` run by the installed wheel, its answer parsed."""
+    r = _run([bin_ / "bertonnx", *argv, "--json"], cwd=bin_)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def prompted_embedder(tmp_path_factory, tiny_checkpoint):
+    """An export of a sentence-transformers 5 folder with prompts, made by the full install."""
+    # sentence-transformers (torch) builds the folder: only this fixture needs it
+    from bertonnx.export import ExportOptions, export_model
+    from tests.runtime.core.pipelines._st_folders import save_v5
+
+    root = tmp_path_factory.mktemp("prompted")
+    folder = save_v5(tiny_checkpoint("feature-extraction"), root / "st", "mean", normalize=True,
+                     prompts={"query": "the cat "}, default_prompt_name=None)
+    export_model(folder, "feature-extraction", root / "out", ExportOptions(parity=False))
+    return root / "out"
+
+
+def test_retrieval_commands_from_the_wheel(user_venv, tiny_export, ours, prompted_embedder):
+    """rerank, embed-sparse, zero-shot and embed --prompt-name, run by the torch-free install
+    on exports the full one made, answer what the checkout's library answers."""
+    bin_, _ = user_venv
+    docs = ["the dog ran to the river", "a cat sat on the mat", "paris is a city"]
+    assert_same(_wheel_json(bin_, "rerank", tiny_export("text-ranking"), "--query", "the cat",
+                            *docs), ours("text-ranking")("the cat", docs))
+    texts = ["the cat sat on the mat", "london music"]
+    assert_same(_wheel_json(bin_, "embed-sparse", tiny_export("sparse-embedding"), *texts,
+                            "--top-k", "5"), ours("sparse-embedding")(texts, top_k=5))
+    assert_same(_wheel_json(bin_, "zero-shot", tiny_export("zero-shot-classification"), *texts,
+                            "--candidate-labels", "music,city"),
+                ours("zero-shot-classification")(texts, candidate_labels=["music", "city"]))
+    embed = load(prompted_embedder)
+    got = _wheel_json(bin_, "embed", prompted_embedder, texts[1], "--prompt-name", "query")
+    assert_same(got, embed(texts[1], prompt_name="query"))
+    assert max(abs(a - b) for a, b in zip(got, embed(texts[1]))) > 1e-3   # the prompt counted
+
+
+def test_the_serve_extra_brings_the_docs_page_assets(user_venv):
+    """/docs serves Swagger UI from swagger-ui-bundle-v2 (no CDN): the serve extra names it."""
+    bin_, _ = user_venv
+    r = _run([bin_ / "python", "-c", "from importlib.metadata import requires; "
+              "print('\\n'.join(requires('bertonnx')))"], cwd=bin_)
+    serve = [line for line in r.stdout.splitlines() if 'extra == "serve"' in line]
+    assert any(line.startswith("swagger-ui-bundle-v2") for line in serve), r.stdout + r.stderr

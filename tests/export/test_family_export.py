@@ -3,8 +3,9 @@ family, the family's graph inputs, fp32 parity on every output, tied MLM weights
 int8 through its agreement gate where a tiny random model passes it.
 
 Each checkpoint carries its family's kind of tokenizer (tests/conftest.py's make_checkpoint):
-WordPiece for BERT, DistilBERT and ELECTRA; byte-level BPE for RoBERTa; Unigram for XLM-R,
-CamemBERT and ALBERT. fp32 parity feeds ids and does not read it; int8's agreement encodes real
+WordPiece for BERT, DistilBERT and ELECTRA (MPNet's with RoBERTa's specials); byte-level BPE
+for RoBERTa; Unigram for XLM-R, CamemBERT and ALBERT. MPNet fuses as BERT does, each Attention
+reading its relative-position bias (tests/export/test_mpnet_export.py). fp32 parity feeds ids and does not read it; int8's agreement encodes real
 sentences with it.
 """
 from __future__ import annotations

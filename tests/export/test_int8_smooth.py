@@ -38,7 +38,9 @@ def test_smoothed_graph_keeps_its_outputs_and_scales_a_shared_weight_once(tiny_e
     inverses = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer
                 if i.name.endswith("_smooth_inverse")}
     assert len(inverses) == len(readers)  # one scale per weight, shared by its readers
-    assert all(np.abs(np.log(v)).max() > 0.5 for v in inverses.values())  # not all near 1
+    # the scales differ across channels: the graph really changed (and could break)
+    assert all(np.ptp(np.log(v)) > 0.1 for v in inverses.values()), {
+        k: np.ptp(np.log(v)) for k, v in inverses.items()}
     save_model(smoothed, tmp_path / "smoothed.onnx")
     after = _outputs(tmp_path / "smoothed.onnx", feeds)
     # a weight scaled once per reader would be off by its scale, far outside this

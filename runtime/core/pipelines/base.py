@@ -248,15 +248,16 @@ class Pipeline:
 
     # -- tokenization ------------------------------------------------------------------
 
-    def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first"
-                ) -> Tokenizer:
-        """A copy of the tokenizer with truncation set, shared by calls with that setting.
+    def backend(self, max_length: int, stride: int = 0, strategy: str = "longest_first",
+                direction: str = "right") -> Tokenizer:
+        """A copy of the tokenizer with truncation set, shared by calls with that setting
+        (`direction` "left" cuts a long text's start: TEI's truncation_direction).
 
         The shared tokenizer is never mutated (the server calls pipelines from threads). The
         copies live in a least-recently-used cache of BACKEND_CACHE: any sequence of settings
         holds at most that many (a call keeps its own copy alive while it runs, evicted or not).
         """
-        key = (max_length, stride, strategy)
+        key = (max_length, stride, strategy, direction)
         with self._lock:
             tok = self._backends.get(key)
             if tok is not None:
@@ -266,14 +267,17 @@ class Pipeline:
                 self._backend_json = self.tokenizer.backend.to_str()
             tok = Tokenizer.from_str(self._backend_json)
             tok.no_padding()
-            tok.enable_truncation(max_length, stride=stride, strategy=strategy)
+            tok.enable_truncation(max_length, stride=stride, strategy=strategy,
+                                  direction=direction)
             self._backends[key] = tok
             while len(self._backends) > BACKEND_CACHE:
                 self._backends.popitem(last=False)
         return tok
 
-    def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True) -> list:
-        """Encode with truncation to the model's length, warning once when anything was cut.
+    def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True,
+               direction: str = "right") -> list:
+        """Encode with truncation to the model's length, warning once when anything was cut
+        (`direction` "left": from the start).
 
         `pairs` holds each text's pair or None (a mixed list costs two tokenizer calls: one
         takes all singles or all pairs). warn=False leaves the warning to the caller
@@ -283,15 +287,17 @@ class Pipeline:
         if pairs is not None and all(p is None for p in pairs):
             pairs = None
         if pairs is None or all(p is not None for p in pairs):
-            batch = [self._head(t) for t in texts] if pairs is None else list(zip(texts, pairs))
-            encs = self.backend(self.max_length).encode_batch(batch)
+            batch = ([self._part(t, direction) for t in texts] if pairs is None
+                     else list(zip(texts, pairs)))
+            encs = self.backend(self.max_length, direction=direction).encode_batch(batch)
         else:
             encs = [None] * len(texts)
             single = [i for i, p in enumerate(pairs) if p is None]
             double = [i for i, p in enumerate(pairs) if p is not None]
-            for idx, got in ((single, self.encode([texts[i] for i in single], warn=False)),
+            kw = {"warn": False, "direction": direction}
+            for idx, got in ((single, self.encode([texts[i] for i in single], **kw)),
                              (double, self.encode([texts[i] for i in double],
-                                                  [pairs[i] for i in double], warn=False))):
+                                                  [pairs[i] for i in double], **kw))):
                 for i, e in zip(idx, got):
                     encs[i] = e
         if warn:
@@ -310,8 +316,9 @@ class Pipeline:
             log.warning("%d of %d input(s) were longer than the model's %d tokens and were "
                         "truncated", cut, len(encs), self.max_length)
 
-    def _head(self, text: str) -> str:
-        """A prefix of `text` whose truncated encoding is the whole text's.
+    def _part(self, text: str, direction: str = "right") -> str:
+        """A prefix of `text` (a suffix when truncating on the left) whose truncated encoding
+        is the whole text's.
 
         The tokenizers library spends ~700 bytes per token on a full encoding (1 MB of text:
         ~200 MB) though truncation keeps max_length tokens. Pre-tokenization is local, so the
@@ -320,10 +327,13 @@ class Pipeline:
         of characters the tokenizer drops ends up whole).
         """
         n = 16 * self.max_length
+        left = direction == "left"
         while n < len(text):
-            words = self.tokenizer.backend.encode(text[:n], add_special_tokens=False).word_ids
-            if words and sum(1 for w in words if w != words[-1]) > self.max_length:
-                return text[:n]
+            part = text[-n:] if left else text[:n]
+            words = self.tokenizer.backend.encode(part, add_special_tokens=False).word_ids
+            # the word at the cut may be partial: whole words only
+            if words and sum(w != words[0 if left else -1] for w in words) > self.max_length:
+                return part
             n *= 2
         return text
 

@@ -20,24 +20,21 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-from tokenizers import normalizers
 
 from ..errors import ArtifactError, InputError
-from ..families import usable_positions
 from ..postprocess import similarity
-from ..sentence_modules import SentenceStack
 from ..sentence_transformers import read_folder
 from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts, token_width
-from .base import Pipeline, Work
 from .folder import ExportFolder
 from .inputs import Inputs
+from .sentence_folder import SentenceFolderPipeline
 
 
 def _to_tensors(results: list) -> dict[str, np.ndarray]:
     return {"embedding": np.asarray(results, dtype=np.float32)}
 
 
-class FeatureExtractionPipeline(Pipeline):
+class FeatureExtractionPipeline(SentenceFolderPipeline):
     """`stack`: the modules after the encoder; `dimension`: the width of the vectors a call
     with the defaults gives (a Dense layer or concatenated poolings change it)."""
 
@@ -47,23 +44,14 @@ class FeatureExtractionPipeline(Pipeline):
                           texts, _to_tensors)
 
     def __init__(self, folder: ExportFolder, session, **kwargs):
-        # before the base checks the export's defaults: the rules read it (its prompt names)
-        self.stack = _stack(folder)
-        super().__init__(folder, session, **kwargs)
+        super().__init__(folder, session, **kwargs)   # reads the folder's stack first
         try:
             self.dimension = self.stack.width(token_width(self), _modes(self.defaults["pooling"]))
         except ValueError as e:
             raise ArtifactError(f"{folder.path}'s sentence-transformers modules do not fit its "
                                 f"encoder: {e}", "export the model again from a folder "
                                 "sentence-transformers loads") from None
-        if self.stack.do_lower_case:
-            _lowercase_first(self.tokenizer.backend)
         self._specials = _special_ids(self.tokenizer)
-
-    @property
-    def prompts(self) -> Mapping[str, str]:
-        """The model's prompts by name (config_sentence_transformers.json)."""
-        return self.stack.prompts
 
     @property
     def similarity_fn_name(self) -> str:
@@ -75,15 +63,6 @@ class FeatureExtractionPipeline(Pipeline):
         function (higher is more similar)."""
         return similarity(np.asarray(a, np.float32), np.asarray(b, np.float32),
                           self.similarity_fn_name)
-
-    @property
-    def max_length(self) -> int:
-        """Where sentence-transformers truncates: the folder's max_seq_length, else the
-        tokenizer's model_max_length; both capped by the model's positions."""
-        if self.stack.max_seq_length is None:
-            return self.folder.max_length
-        limit = usable_positions(self.folder.config)
-        return min(self.stack.max_seq_length, limit) if limit else self.stack.max_seq_length
 
     @classmethod
     def folder_defaults(cls, path: Path) -> dict:
@@ -109,26 +88,19 @@ class FeatureExtractionPipeline(Pipeline):
             params = {**params, "normalize": False}
         return super().complete(params)
 
-    def prompt_text(self, prompt_name: str | None, prompt: str | None) -> str:
-        """The text put before each input (base/model.py `_resolve_prompt`): `prompt`, else
-        the named prompt, else the model's default prompt; "" for none."""
-        if prompt is None:
-            name = prompt_name if prompt_name is not None else self.stack.default_prompt_name
-            prompt = self.prompts.get(name, "") if name is not None else ""
-        return prompt
-
     def prompt_length(self, prompt: str) -> int:
         """The tokens pooling leaves out for `prompt` (transformer.py `_get_prompt_length`):
         the prompt encoded alone, less a special token the tokenizer ends it with."""
         ids = self.backend(self.max_length).encode(prompt).ids
         return len(ids) - 1 if ids and ids[-1] in self._specials else len(ids)
 
-    def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt, return_tensors,
-                batch_size):
+    def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt,
+                truncation_direction, return_tensors, batch_size):
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
         prompt = self.prompt_text(prompt_name, prompt)
-        encs = self.encode([prompt + t for t in read.records])
+        encs = self.encode(self.prompted(read, None, prompt),
+                           direction=truncation_direction.lower())
         modes = _modes(pooling)
         # pooling leaves the prompt's tokens out where the folder says (include_prompt false)
         cut = (self.prompt_length(prompt) if prompt and pooling != "none"
@@ -147,45 +119,9 @@ class FeatureExtractionPipeline(Pipeline):
             results = np.stack([np.asarray(r) for r in results])
         return self.unwrap(results, read)
 
-    def estimate(self, inputs: Inputs, **params) -> Work:
-        prompt = self.prompt_text(params["prompt_name"], params["prompt"])
-        return Work(sum(len(e.ids) for e in self.encode([prompt + t for t in inputs.records],
-                                                        warn=False)))
-
 
 def _modes(pooling: str) -> tuple[str, ...]:
     return tuple(pooling.split("+"))
-
-
-def _stack(folder: ExportFolder) -> SentenceStack:
-    """The export's recorded stack (its Dense weights vouched for by the manifest), a folder
-    made elsewhere's own modules.json, or the plain one (mean pooling)."""
-    if folder.foreign is not None:
-        stack = read_folder(folder.path)
-        return SentenceStack() if stack is None else stack.with_weights(folder.path)
-    record = folder.manifest.sentence_transformers
-    if not record:
-        return SentenceStack()
-    return SentenceStack.from_json(record, folder.path / "bertonnx.json").with_weights(
-        folder.path, folder.manifest.files)
-
-
-def _lowercase_first(backend) -> None:
-    """do_lower_case: a Lowercase normalizer before the tokenizer's own, unless it has one
-    (sentence-transformers' Transformer module does this to the fast tokenizer it loads)."""
-    current = backend.normalizer
-    if isinstance(current, normalizers.Lowercase):
-        return
-    if isinstance(current, normalizers.Sequence):
-        try:
-            parts = list(current)
-        except TypeError:  # a tokenizers release whose Sequence does not iterate
-            parts = [current]
-        if any(isinstance(p, normalizers.Lowercase) for p in parts):
-            return
-    else:
-        parts = [] if current is None else [current]
-    backend.normalizer = normalizers.Sequence([normalizers.Lowercase(), *parts])
 
 
 def _special_ids(tokenizer) -> set[int]:

@@ -11,7 +11,9 @@ vocabulary id, (B, V). This pipeline keeps each text's non-zero weights, heavies
 `SparseEncoder.decode` (weight descending; equal weights by index). `top_k` keeps the k heaviest
 (decode's `top_k`; encode's `max_active_dims` keeps the same ones, the weights being ≥ 0);
 `return_tokens` adds each id's vocabulary token ("token", what decode pairs the weight with).
-Texts longer than the model are truncated with a warning, where SparseEncoder truncates them.
+Texts longer than the model are truncated with a warning, where SparseEncoder truncates them (a
+SparseEncoder folder's max_seq_length), and a prompt goes before each text as SparseEncoder.encode
+puts it (`prompt`, `prompt_name`, else the folder's default prompt: sentence_folder.py).
 
 Memory: the (B·T, V) MLM logits exist only inside onnxruntime, for one micro-batch at a time,
 and micro-batches are capped at `batch_tokens` padded tokens, so a request's peak does not grow
@@ -25,8 +27,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
-from .base import Pipeline
 from .inputs import Inputs
+from .sentence_folder import SentenceFolderPipeline
 
 
 def _to_tensors(results: list) -> dict[str, np.ndarray]:
@@ -47,7 +49,7 @@ def nonzero_by_weight(vector: np.ndarray, top_k: int | None) -> tuple[np.ndarray
     return ids[order], vector[ids[order]]
 
 
-class SparseEmbeddingPipeline(Pipeline):
+class SparseEmbeddingPipeline(SentenceFolderPipeline):
     task = "sparse-embedding"
     tensors = TaskTensors(task, (Tensor("text", BYTES, N),),
                           (Tensor("sparse_embedding", BYTES, N),), texts, _to_tensors)
@@ -55,8 +57,10 @@ class SparseEmbeddingPipeline(Pipeline):
     # graph (bert-base's vocabulary: 122 KB a token), so the cap, not the request, bounds them.
     batch_tokens: ClassVar[int] = 512
 
-    def predict(self, read: Inputs, top_k, return_tokens, batch_size):
-        encs = self.encode(list(read.records))
+    def predict(self, read: Inputs, top_k, return_tokens, prompt_name, prompt,
+                truncation_direction, batch_size):
+        encs = self.encode(self.prompted(read, prompt_name, prompt),
+                           direction=truncation_direction.lower())
 
         def post(batch, out):
             return [nonzero_by_weight(v, top_k) for v in out["sparse_embedding"]]  # (B, V)

@@ -15,7 +15,9 @@ best first (ties in document order), the best top_k. A model of several labels i
 CrossEncoder.rank refuses it.
 
 Inputs: (query, documents) positionally or as query=/documents=, a {"query", "documents"} dict,
-or a list of those (one ranked list per query). Deliberate differences: an empty query or
+or a list of those (one ranked list per query). A prompt goes before each query (`prompt`,
+`prompt_name`, else the CrossEncoder folder's default prompt: CrossEncoder.rank and predict
+prompt the first text of each pair). Deliberate differences: an empty query or
 document is refused (CrossEncoder scores it), and scores are floats, not numpy float32.
 """
 from __future__ import annotations
@@ -25,12 +27,13 @@ from typing import Mapping
 
 import numpy as np
 
-from ..cross_encoder import read_cross_encoder
+from ..cross_encoder import label_count, read_cross_encoder
 from ..errors import ConfigError, InputError
 from ..postprocess import sigmoid
 from ..tensors import BYTES, FP32, N, TaskTensors, Tensor
-from .base import Pipeline, Work, row_field
+from .base import Work, row_field
 from .inputs import Inputs, RankInput, check_text
+from .sentence_folder import SentenceFolderPipeline
 
 # text-ranking's activation_fn (tasks.py ACTIVATIONS) -> the function on float32 logits
 ACTIVATE = {"sigmoid": sigmoid, "identity": lambda x: x, "tanh": np.tanh}
@@ -46,16 +49,7 @@ def _to_tensors(results: list) -> dict[str, np.ndarray]:
     return {"score": np.array([r[0]["score"] for r in results], dtype=np.float32)}
 
 
-def label_count(config: Mapping) -> int:
-    """config.json's labels: id2label's, else num_labels (transformers' default 2)."""
-    id2label = config.get("id2label")
-    if isinstance(id2label, dict) and id2label:
-        return len(id2label)
-    n = config.get("num_labels")
-    return n if isinstance(n, int) and n > 0 else 2
-
-
-class TextRankingPipeline(Pipeline):
+class TextRankingPipeline(SentenceFolderPipeline):
     task = "text-ranking"
     # a row is a pair and its score: a ranked list per query would make rows ragged
     tensors = TaskTensors(task, (Tensor("query", BYTES, N), Tensor("document", BYTES, N)),
@@ -153,19 +147,21 @@ class TextRankingPipeline(Pipeline):
 
     # -- running -------------------------------------------------------------------------
 
-    def _pairs(self, read: Inputs) -> tuple[list[str], list[str]]:
-        """Every (query, document) pair, queries in order, each one's documents in order."""
-        return ([r.query for r in read.records for _ in r.documents],
+    def _pairs(self, read: Inputs, prompt: str) -> tuple[list[str], list[str]]:
+        """Every (query, document) pair, the prompt before each query, queries in order, each
+        one's documents in order."""
+        return ([prompt + r.query for r in read.records for _ in r.documents],
                 [d for r in read.records for d in r.documents])
 
     def estimate(self, inputs: Inputs, **params) -> Work:
-        queries, docs = self._pairs(inputs)
+        queries, docs = self._pairs(inputs, self.prompt_text(params["prompt_name"],
+                                                             params["prompt"]))
         return Work(sum(len(e.ids) for e in self.encode(queries, docs, warn=False)))
 
     def predict(self, read: Inputs, top_k, return_documents, raw_scores, activation_fn,
-                batch_size):
-        queries, docs = self._pairs(read)
-        encs = self.encode(queries, docs) if docs else []
+                prompt_name, prompt, truncation_direction, batch_size):
+        queries, docs = self._pairs(read, self.prompt_text(prompt_name, prompt))
+        encs = self.encode(queries, docs, direction=truncation_direction.lower()) if docs else []
         logits = np.asarray(self.infer(encs, lambda batch, out: out["logits"][:, 0],
                                        batch_size), dtype=np.float32)
         scores = logits if raw_scores else ACTIVATE[activation_fn](logits)

@@ -140,7 +140,7 @@ def test_mismatch_with_an_explicit_task_of_a_bertonnx_export(tiny_export):
     (["BertForMaskedLM"], FM), (["BertForPreTraining"], FM), (["RobertaForMaskedLM"], FM),
     (["DistilBertForSequenceClassification"], CLS), (["XLMRobertaForTokenClassification"], NER),
     (["AlbertForQuestionAnswering"], QA), (["BertModel"], EMB), (["RobertaModel"], EMB),
-    (["ElectraForPreTraining"], EMB), (["BertLMHeadModel"], None), (["DebertaV2Model"], None),
+    (["ElectraForPreTraining"], EMB), (["BertLMHeadModel"], None), (["DebertaModel"], None),
     ([], None), (None, None),
     (["BertForMaskedLM", "BertModel"], None),
 ])

@@ -46,12 +46,20 @@ def test_aliases_name_their_task_and_unknown_tasks_are_one_clear_error():
 
 def test_heads_are_the_records_heads():
     # bertonnx.build is torch: only where a test reads it (the others here are torch-free)
-    from bertonnx.build.heads import HEADS
+    from bertonnx.build.heads import HEADS, OWN_HEADS
     from bertonnx.build.heads import TASKS as SPECS
+    from bertonnx.runtime.core.families import FAMILIES
 
     for task, r in TASKS.items():
-        assert SPECS[task].head is HEADS[r.head]
-        assert SPECS[task].hf_suffix == r.hf_suffix
+        spec = SPECS[task]
+        assert spec.hf_suffix == r.hf_suffix
+        assert r.head in HEADS, task
+        # the spec builds the record's head from each family's own table (ModernBERT's heads),
+        # and names exactly the families whose table has it
+        for row in FAMILIES.values():
+            has = r.head in OWN_HEADS.get(row.heads, HEADS)
+            assert has == (spec.model_types is None or row.model_type in spec.model_types), \
+                (task, row.model_type)
 
 
 def test_triton_fixed_axes_size_the_non_sequence_output_axis():

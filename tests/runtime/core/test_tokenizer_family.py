@@ -215,7 +215,8 @@ def test_legacy_added_tokens_json(saved, tmp_path):
 
 
 @pytest.mark.parametrize("name,spm", [("albert", "spiece.model"),
-                                      ("xlm-roberta", "sentencepiece.bpe.model")])
+                                      ("xlm-roberta", "sentencepiece.bpe.model"),
+                                      ("deberta-v2", "spm.model")])  # deberta-v3's hub files
 def test_sentencepiece_model_alone_asks_for_tokenizer_json(saved, tmp_path, name, spm):
     folder = variant(saved(name), tmp_path / name, drop=("tokenizer.json",))
     (folder / spm).write_bytes(b"\x0a\x00")  # never parsed: the folder lacks tokenizer.json

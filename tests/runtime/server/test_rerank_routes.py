@@ -115,7 +115,11 @@ def test_embed_sparse_is_the_splade_vector(ours):
         one = post(url, "/embed_sparse", {"inputs": "music"}).json()   # alone: as the library
         assert one == [sorted(pipe("music"), key=lambda e: e["index"])]
         refusal(post(url, "/rerank", {"query": "a", "texts": ["b"]}), 404, "Backend")
-        refusal(post(url, "/embed_sparse", {"inputs": "a", "prompt_name": "query"}), 422,
-                "Validation", "no prompts")
+        # a SparseEncoder's prompt names (a plain MLM checkpoint: query and document, empty)
+        with_prompt = post(url, "/embed_sparse", {"inputs": "music", "prompt_name": "query"})
+        assert with_prompt.json() == [sorted(pipe("music", prompt_name="query"),
+                                             key=lambda e: e["index"])]
+        refusal(post(url, "/embed_sparse", {"inputs": "a", "prompt_name": "passage"}), 422,
+                "Validation", "prompt_name must be one of 'query', 'document' or null")
         assert httpx.get(url + "/info", timeout=30).json()["model_type"] == {
             "embedding": {"pooling": "splade"}}

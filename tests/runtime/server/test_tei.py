@@ -89,8 +89,14 @@ def test_embed_refusals_are_tei_errors(url, pipe):
     assert msg.startswith("Input validation error: ")
     assert post(url, "/embed", {"inputs": too_long, "truncate": True}).status_code == 200
     assert post(url, "/embed", {"inputs": too_long}).status_code == 200   # auto-truncate
-    refusal(post(url, "/embed", {"inputs": "a", "truncation_direction": "Left"}), 422,
-            "Validation", "\"Left\" is not supported")
+    # Left keeps the end of a long text: the library's truncation_direction
+    left = post(url, "/embed", {"inputs": too_long + " the cat", "truncation_direction": "Left"})
+    np.testing.assert_array_equal(
+        np.float32(left.json()), np.float32([pipe(too_long + " the cat",
+                                                  truncation_direction="left")]))
+    assert not np.allclose(left.json(), [pipe(too_long + " the cat")])
+    refusal(post(url, "/embed", {"inputs": "a", "truncation_direction": "Middle"}), 422,
+            "Validation", "`truncation_direction` must be \"Right\" or \"Left\"")
     refusal(post(url, "/embed", {"inputs": "a", "normalise": False}), 422, "Validation",
             "'normalise'")
     refusal(post(url, "/embed", {"inputs": "a", "normalize": "no"}), 422, "Validation",
