@@ -10,7 +10,12 @@
     report.py     Result, and its text table (JSON is the same structure)
     folder.py     preset: `bertonnx bench FOLDER [--reference MODEL]`
     compare.py    preset: the full comparison behind BENCHMARKS.md
+    families.py   preset: MPNet, DeBERTa-v3, ModernBERT vs Optimum and transformers, one table
+    family_models.py, families_report.py   its checkpoints (a seeded head each); its table
     cpu_time.py   one-thread CPU time per forward of ONNX graphs
+    retrieval.py  preset: embeddings, rerank and SPLADE against the peers (BENCHMARKS.md)
+    peers.py      sentence-transformers (torch, onnx, O3, int8, openvino), CTranslate2, fastembed
+    retrieval_report.py, retrieval_memory.py   its tables; peak RSS per engine, one process each
     commands.py   the click commands over the presets
 
 torch and transformers are imported only when an engine that needs them is made, so

@@ -80,6 +80,58 @@ def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no
 
 
 @click.command()
+@click.option("--family", "chosen", multiple=True,
+              type=click.Choice(["mpnet", "deberta-v2", "modernbert"]),
+              help="A family to run (repeatable; default: all three).")
+@click.option("--mpnet", type=click.Path(path_type=Path),
+              help="all-mpnet-base-v2 folder (default: tests/real_mpnet.py's cache).")
+@click.option("--deberta", type=click.Path(path_type=Path),
+              help="A real DeBERTa-v2/v3 folder (default: deberta-v3-base's shape, random).")
+@click.option("--modernbert", type=click.Path(path_type=Path),
+              help="A real ModernBERT folder (default: ModernBERT-base's shape, random).")
+@click.option("--work", type=click.Path(path_type=Path), default=None,
+              help="Folder for checkpoints and exports, reused between runs (default "
+                   ".bench/families, with --quick .bench/families-quick).")
+@click.option("--fresh", is_flag=True, help="Re-export everything (checkpoints are kept).")
+@click.option("--prepare", "prepare_only", is_flag=True,
+              help="Make the checkpoints and exports only (for a timed run later).")
+@click.option("--quick", is_flag=True, help="Tiny random models of all three (about 30 s).")
+@click.option("--texts", type=int, help="End-to-end inputs (default 32).")
+@click.option("--repeats", type=int, help="Timed rounds (default 3).")
+@click.option("--batch", type=int, help="Model-only batch (default 8).")
+@click.option("--seq", "batch_seq", type=int, help="Model-only sequence length (default 128).")
+@click.option("--threads", type=int, help="Intra-op threads (default: usable CPUs).")
+@click.option("--no-optimum", is_flag=True, help="Leave Optimum out.")
+@click.option("--cold-start", is_flag=True, help="Also time each CLI/script in a fresh process.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Also write the result here as JSON.")
+def families_command(chosen, mpnet, deberta, modernbert, work, fresh, prepare_only, quick,
+                     no_optimum, cold_start, json_path, **sizes):
+    """MPNet, DeBERTa-v3, ModernBERT: bertonnx fp32/int8 vs Optimum and transformers."""
+    import json  # the report's JSON only here
+
+    # torch and the export for the comparison; families.py's `python -m` entry imports this
+    # module: imported here, there is no cycle
+    from .families import FULL, QUICK, FamiliesOptions, families
+    from .families_report import format_families
+
+    kw = dict(QUICK if quick else FULL)
+    kw.update({k: v for k, v in sizes.items() if v is not None}, cold_start=cold_start)
+    sources = {k: v for k, v in (("mpnet", mpnet), ("deberta-v2", deberta),
+                                 ("modernbert", modernbert)) if v is not None}
+    setup = FamiliesOptions(
+        work=work or Path(".bench/families-quick" if quick else ".bench/families"),
+        families=chosen or FamiliesOptions.families, sources=sources, tiny=quick,
+        fresh=fresh, optimum=not no_optimum, prepare_only=prepare_only)
+    result = families(BenchOptions(**kw), setup, _say)
+    click.echo(format_families(result), nl=False)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    if any(s.get("error") for s in result["skipped"]):  # a family failed (its line says how)
+        raise SystemExit(1)
+
+
+@click.command()
 @click.argument("graphs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--batch", default=32, show_default=True)
 @click.option("--seq", default=128, show_default=True)
@@ -145,3 +197,28 @@ def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
     click.echo(format_retrieval(result), nl=False)
     if json_path:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+@click.command()
+@click.option("--task", type=click.Choice(["embed", "rerank", "sparse"]), default="sparse",
+              show_default=True)
+@click.option("--work", type=click.Path(path_type=Path), default=Path(".bench/retrieval"),
+              show_default=True, help="The retrieval benchmark's folder (models and exports).")
+@click.option("--texts", type=int, default=512, show_default=True)
+@click.option("--passages", type=int, default=256, show_default=True)
+@click.option("--queries", type=int, default=3, show_default=True)
+@click.option("--documents", type=int, default=100, show_default=True)
+@click.option("--child", "engine", hidden=True, help="Run this one engine here (internal).")
+def retrieval_memory_command(task, work, engine, **sizes):
+    """Peak RSS of one call per retrieval engine, each alone in a fresh process."""
+    import json  # the child's one line of JSON only here
+
+    # retrieval_memory.py's `python -m` entry imports this module: imported here, no cycle
+    from .retrieval import RetrievalOptions
+    from .retrieval_memory import child, format_peak_memory, peak_memory
+
+    options = RetrievalOptions(work=work, **sizes)
+    if engine:
+        click.echo(json.dumps(child(task, engine, options)))
+        return
+    click.echo(format_peak_memory(peak_memory(task, options, _say)), nl=False)

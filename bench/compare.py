@@ -56,6 +56,8 @@ class CompareOptions:
     fresh: bool = False        # re-export everything
     int8: str = "default"      # our int8 settings: "default" or "per_channel,QInt8,reduce_range"
     optimum: bool = True       # include Optimum (when the `bench` extra is installed)
+    hf_forward: bool = False   # also time the transformers model alone (families.py's table)
+    optimum_o2: bool = True    # Optimum's fp32 is its O2 graph (False: its plain export)
 
 
 # -- artifacts -----------------------------------------------------------------------------
@@ -73,9 +75,12 @@ def checkpoint(model: str, work: Path) -> Path:
     return out
 
 
-def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = None) -> Path:
+def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = None,
+         gate: bool = True) -> Path:
     """Our export (reused when its manifest says it is the same source and settings).
-    `int8`: "default" or "per_channel,QInt8,reduce_range"-style overrides of Int8Settings."""
+    `int8`: "default" or "per_channel,QInt8,reduce_range"-style overrides of Int8Settings.
+    `gate=False`: no parity or int8 agreement check (families.py, for random weights whose
+    near-equal logits an int8 graph cannot keep in order)."""
     settings = None
     if quantize == "int8" and int8 not in (None, "default"):
         words = set(int8.split(","))
@@ -89,7 +94,8 @@ def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = 
         if m.source == str(ckpt) and m.quantization.get("mode") == quantize:
             return out
     say(f"bertonnx export --quantize {quantize} {int8 or ''} -> {out}")
-    export_model(ckpt, TASK, out, ExportOptions(quantize=quantize, force=True, int8=settings))
+    export_model(ckpt, TASK, out, ExportOptions(quantize=quantize, force=True, int8=settings,
+                                                parity=gate))
     return out
 
 
@@ -113,8 +119,8 @@ def compare(options: BenchOptions, setup: CompareOptions = CompareOptions()) -> 
     fp32_dir = ours(ckpt, work, "none", setup.fresh)
     int8_dir = ours(ckpt, work, "int8", setup.fresh, setup.int8)
     qconfig = OPTIMUM_CONFIG[this_kind()]  # the configuration Optimum documents for this CPU
-    opt = optimum_artifacts(ckpt, work, setup.fresh, say, int8_config=qconfig) if (
-        setup.optimum and has_optimum()) else None
+    opt = optimum_artifacts(ckpt, work, setup.fresh, say, int8_config=qconfig,
+                            o2=setup.optimum_o2) if (setup.optimum and has_optimum()) else None
     say(f"artifacts ready in {time.perf_counter() - t_setup:.0f} s")
 
     inputs = text_set(options.texts)
@@ -122,13 +128,15 @@ def compare(options: BenchOptions, setup: CompareOptions = CompareOptions()) -> 
                onnx_engine(NAMES["int8"], int8_dir, threads)]
     scratch = torch_engine(ckpt, TASK, threads, fp32_dir)  # picks torch's thread count
     if opt:
-        engines.append(optimum_engine("Optimum O2 (fp32) pipeline", *opt["fp32"], inputs,
-                                      threads, options.pipeline_batch_sizes))
+        engines.append(optimum_engine(f"Optimum {'O2' if opt['o2'] else 'plain'} (fp32) "
+                                      "pipeline", *opt["fp32"], inputs, threads,
+                                      options.pipeline_batch_sizes))
         engines.append(optimum_engine(f"Optimum int8 ({qconfig} config) pipeline", *opt["int8"],
                                       inputs, threads, options.pipeline_batch_sizes,
                                       precision="int8"))
     engines.append(scratch)
-    engines.append(transformers_engine(ckpt, TASK, inputs, options.pipeline_batch_sizes))
+    engines.append(transformers_engine(ckpt, TASK, inputs, options.pipeline_batch_sizes,
+                                       forward=setup.hf_forward))
 
     text = inputs[0][:200]
     cold = {"bertonnx CLI (fp32)": cli_argv(fp32_dir, TASK, text),

@@ -174,12 +174,28 @@ def _call_hf(pipe, task: str, inputs: list, max_length: int):
 
 
 def transformers_engine(reference: str | Path, task: str, inputs: list,
-                        batch_sizes: tuple[int, ...]) -> Engine:
-    from transformers import pipeline  # transformers is optional: only for this baseline
+                        batch_sizes: tuple[int, ...], forward: bool = False) -> Engine:
+    """A transformers pipeline (one model, shared by the pipelines of each batch size tried);
+    `forward`: also its model alone on the feeds (the "transformers model (torch)" row)."""
+    # transformers and torch are optional: only for this baseline
+    import torch
+    from transformers import pipeline
 
-    def make(bs):  # torch's thread count: set by torch_engine (best_torch_threads)
-        return pipeline(task, model=str(reference), tokenizer=str(reference), device=-1,
+    # torch's thread count: set by torch_engine (best_torch_threads)
+    first = pipeline(task, model=str(reference), tokenizer=str(reference), device=-1)
+
+    def make(bs):
+        return pipeline(task, model=first.model, tokenizer=first.tokenizer, device=-1,
                         batch_size=bs)
 
-    return hf_pipeline_engine("transformers pipeline (torch)", make, task, inputs, batch_sizes,
-                              model_max_length(reference))
+    engine = hf_pipeline_engine("transformers pipeline (torch)", make, task, inputs,
+                                batch_sizes, model_max_length(reference))
+    if forward:
+        model, names = first.model, first.tokenizer.model_input_names
+
+        def run_model(feeds):
+            with torch.inference_mode():
+                return model(**{n: torch.from_numpy(feeds[n]) for n in names if n in feeds})
+
+        engine.forward, engine.model_name = run_model, "transformers model (torch)"
+    return engine

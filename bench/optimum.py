@@ -29,16 +29,20 @@ OPTIMUM_CONFIG = {"amx": "avx512_vnni", "avx512-vnni": "avx512_vnni", "avx512": 
 
 
 def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
-                      int8_config: str = "avx2") -> dict:
+                      int8_config: str = "avx2", o2: bool = True) -> dict:
     """Optimum's documented CPU path: export, O2-optimise (fp32), dynamic int8 with the
     `AutoQuantizationConfig` Optimum documents for the CPU (`int8_config`: avx2, avx512,
     avx512_vnni; per_channel=False as in its examples).
 
-    Returns {"fp32": (dir, file), "int8": (dir, file), "notes": [...]}."""
+    `o2=False`: no ORTOptimizer (a model it cannot optimise in this machine's memory): the
+    fp32 entry is the plain export.
+
+    Returns {"fp32": (dir, file), "int8": (dir, file), "notes": [...], "o2": bool}."""
     # Optimum (the bench extra) only when it is compared: compare.py checks has_optimum first
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
 
+    o2_wanted = o2
     plain, o2 = work / "optimum-plain", work / "optimum-O2"
     int8 = work / ("optimum-int8" if int8_config == "avx2" else f"optimum-int8-{int8_config}")
     notes = []
@@ -50,7 +54,7 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
         m = ORTModelForSequenceClassification.from_pretrained(ckpt, export=True)
         m.save_pretrained(plain)
         _copy_tokenizer(ckpt, plain)
-    if not (o2 / "model_optimized.onnx").is_file():
+    if o2_wanted and not (o2 / "model_optimized.onnx").is_file():
         say("optimum O2 optimisation")
         m = ORTModelForSequenceClassification.from_pretrained(plain)
         ORTOptimizer.from_pretrained(m).optimize(save_dir=o2,
@@ -59,9 +63,10 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
     if not (int8 / "model_quantized.onnx").is_file():
         qc = getattr(AutoQuantizationConfig, int8_config)(is_static=False, per_channel=False)
         try:  # the fused graph first: the obvious path, and the one that fails
-            ORTQuantizer.from_pretrained(o2, file_name="model_optimized.onnx").quantize(
-                save_dir=work / "optimum-O2-int8", quantization_config=qc)
-            notes.append("ORTQuantizer on the O2 graph worked")
+            if o2_wanted:
+                ORTQuantizer.from_pretrained(o2, file_name="model_optimized.onnx").quantize(
+                    save_dir=work / "optimum-O2-int8", quantization_config=qc)
+                notes.append("ORTQuantizer on the O2 graph worked")
         except Exception as e:  # noqa: BLE001 — recorded, then the working path is taken
             notes.append(f"ORTQuantizer on the O2 graph failed: {str(e).splitlines()[0][:160]}")
         shutil.rmtree(work / "optimum-O2-int8", ignore_errors=True)
@@ -72,8 +77,9 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
         (int8 / "optimum-notes.json").write_text(json.dumps(notes))
     elif (int8 / "optimum-notes.json").is_file():
         notes = json.loads((int8 / "optimum-notes.json").read_text())
-    return {"fp32": (o2, "model_optimized.onnx"), "int8": (int8, "model_quantized.onnx"),
-            "notes": notes}
+    fp32 = (o2, "model_optimized.onnx") if o2_wanted else (plain, "model.onnx")
+    return {"fp32": fp32, "int8": (int8, "model_quantized.onnx"), "notes": notes,
+            "o2": o2_wanted}
 
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:

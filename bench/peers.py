@@ -104,6 +104,10 @@ def st_model(kind: str, folder: Path, backend: str, threads: int, file_name: str
 
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
+        # SPLADE's (B, T, V) logits leave the graph: the arena keeps each session's largest
+        # (GBs at batch 32 × 300 tokens), and one process holding every engine reached 18.6 GB;
+        # freed after each call instead (sparse only)
+        so.enable_cpu_mem_arena = kind != "sparse"
         kwargs = {"provider": "CPUExecutionProvider", "session_options": so}
     elif backend == "openvino":
         kwargs = {"ov_config": {"INFERENCE_NUM_THREADS": threads}}
@@ -202,7 +206,7 @@ def openvino_precision(model) -> str:
         compiled = getattr(request, "get_compiled_model", lambda: request)()
         hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # an openvino Type
         return getattr(hint, "get_type_name", lambda: str(hint))()
-    except Exception:  # noqa: BLE001 - the figure is informative; any API change leaves "?"
+    except Exception:  # the figure is informative: any API change leaves "?", not a failure
         return "?"
 
 
@@ -284,8 +288,8 @@ def fastembed_engines(kind: str, st_onnx: Path, threads: int, dim: int, vocab: i
         if name.lower() not in known:
             TextCrossEncoder.add_custom_model(name, source)
         model = TextCrossEncoder(name, threads=threads, specific_model_path=str(st_onnx))
-        call = lambda work: [list(model.rerank(q, list(docs))) for q, docs in work]  # noqa: E731
-        answer = lambda out: [np.asarray(s, np.float32) for s in out]  # noqa: E731 (logits)
+        call = lambda work: [list(model.rerank(q, list(docs))) for q, docs in work]
+        answer = lambda out: [np.asarray(s, np.float32) for s in out]  # logits, no activation
     else:
         flat = st_onnx.parent / f"{st_onnx.name}-fastembed"  # SpladePP reads model.onnx at top
         if not (flat / "model.onnx").is_file():
@@ -294,8 +298,11 @@ def fastembed_engines(kind: str, st_onnx: Path, threads: int, dim: int, vocab: i
                 if f.is_file():
                     shutil.copy(f, flat / f.name)
             shutil.copy(st_onnx / "onnx" / "model.onnx", flat / "model.onnx")
-        model = SparseTextEmbedding(FASTEMBED_SPLADE, threads=threads,
-                                    specific_model_path=str(flat))
-        call, answer = (lambda texts: list(model.embed(texts))), (
+        model = SparseTextEmbedding(FASTEMBED_SPLADE, threads=threads,  # arena: see st_model
+                                    specific_model_path=str(flat), enable_cpu_mem_arena=False)
+        # its default batch of 256 texts holds 256 × T × V float logits at once (9 GB for
+        # 256 passages of 300 tokens: the benchmark was killed for memory): sentence-
+        # transformers' 32 instead
+        call, answer = (lambda texts: list(model.embed(texts, batch_size=32))), (
             lambda out: sparse_rows(out, vocab))
     return [Engine("fastembed (onnx fp32)", e2e=call, answer=answer, precision="fp32")], []

@@ -110,7 +110,14 @@ def minilm_cross_encoder(work: Path, encoder: Path, say) -> Path:
     hf = work / "cross-encoder-minilm-hf"
     torch.manual_seed(SEED)
     BertForSequenceClassification.from_pretrained(encoder, num_labels=1).save_pretrained(hf)
-    AutoTokenizer.from_pretrained(encoder).save_pretrained(hf)
+    tok = AutoTokenizer.from_pretrained(encoder)
+    # MiniLM's tokenizer.json truncates and pads at 128 (the embedder's training length), and
+    # fastembed reads that as the pairs' limit; a released cross-encoder (ms-marco-MiniLM-L-6-v2)
+    # carries no such setting: every engine truncates at the 512 CrossEncoder passes
+    tok.backend_tokenizer.no_truncation()
+    tok.backend_tokenizer.no_padding()
+    tok.init_kwargs.pop("max_length", None)
+    tok.save_pretrained(hf)
     CrossEncoder(str(hf), max_length=512).save_pretrained(str(out))
     return out
 

@@ -13,6 +13,7 @@ import pytest
 
 from bertonnx.bench import timing
 from bertonnx.bench.retrieval import RetrievalOptions, cosines, ndcg_at_k, retrieval
+from bertonnx.bench.retrieval_memory import child, format_peak_memory
 from bertonnx.bench.retrieval_report import format_retrieval
 from bertonnx.runtime.core.errors import InputError
 
@@ -74,3 +75,16 @@ def test_retrieval_runs_every_task_and_agrees_with_its_reference(tmp_path, tiny_
         assert t["count"] == {"embed": 3, "sparse": 2, "rerank": 6}[t["task"]]
     text = format_retrieval(result)
     assert text.count("| engine | precision |") == 3 and "load average before each round" in text
+
+
+def test_peak_memory_child_reports_its_one_engine(tmp_path, tiny_checkpoint, tiny_export):
+    """retrieval_memory's child (what each fresh process runs): one engine built, one call,
+    its process's peak RSS before and after the call."""
+    work = tmp_path / "work"
+    shutil.copytree(tiny_export(MODELS["sparse"]), work / "bertonnx-sparse-fp32")
+    options = RetrievalOptions(work=work, passages=2, threads=1,
+                               sparse_model=tiny_checkpoint(MODELS["sparse"]))
+    row = child("sparse", "bertonnx-fp32", options)
+    assert row["engine"] == "bertonnx fp32"
+    assert 0 < row["before_mib"] <= row["peak_mib"]
+    assert "| bertonnx fp32 |" in format_peak_memory([row])

@@ -1,6 +1,7 @@
 """int8's judge (export/agreement.py): QA spans come from the runtime's own span decoder, and
 they are the spans that maximise start + end logits, as a brute force finds them; a reranker's
-agreement is the best document per query and the document pairs kept in order."""
+agreement is the best document per query and the document pairs kept in order; an embedder's
+is the nearest other sentence, where a near tie in fp32 is not a disagreement."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,3 +34,23 @@ def test_ranking_agreement_is_the_best_document_and_the_kept_pair_order():
     got = [np.array([[2.0], [3.0], [1.0], [0.5], [0.7]])]   # the first query's best moved
     m = agreement.MEASURES["ranking"].metrics(ref, got, None, [3, 2])
     assert m["top1"] == 0.5 and m["pair_order"] == (1 / 3 + 1) / 2
+
+
+def _three(s01: float, s02: float) -> list[np.ndarray]:
+    """Three one-token 'sentences' whose first has cosine s01 to the second and s02 to the
+    third (the other two are each nearest the first)."""
+    a, b = np.arccos(s01), np.arccos(s02)
+    e = np.array([[1, 0, 0], [np.cos(a), np.sin(a), 0], [np.cos(b), 0, np.sin(b)]])
+    return [e[:, None, :].astype(np.float32)]
+
+
+def test_nearest_neighbour_counts_a_swapped_near_tie_as_agreeing_and_a_clear_one_not():
+    mask = np.ones((3, 1), np.int64)
+    near = agreement.MEASURES["cosine"].metrics(_three(0.900, 0.895), _three(0.900, 0.905),
+                                                mask, None)
+    assert near["nearest_neighbour"] == 1.0          # fp32 scores int8's pick 0.005 below its own
+    assert near["nearest_neighbour_exact"] == 2 / 3  # ...which the strict count calls a miss
+    clear = agreement.MEASURES["cosine"].metrics(_three(0.900, 0.800), _three(0.900, 0.905),
+                                                 mask, None)
+    assert clear["nearest_neighbour"] == clear["nearest_neighbour_exact"] == 2 / 3
+    assert agreement.NEAR_TIE < 0.900 - 0.800
