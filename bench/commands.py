@@ -80,9 +80,9 @@ def compare_command(model, work, fresh, quick, texts, repeats, threads, int8, no
 
 
 @click.command()
-@click.option("--family", "chosen", multiple=True,
-              type=click.Choice(["mpnet", "deberta-v2", "modernbert"]),
-              help="A family to run (repeatable; default: all three).")
+@click.option("--family", "chosen", multiple=True, metavar="MODEL_TYPE",
+              help="A family to run, by model_type: mpnet, deberta-v2 or modernbert "
+                   "(repeatable; default: all three).")
 @click.option("--mpnet", type=click.Path(path_type=Path),
               help="all-mpnet-base-v2 folder (default: tests/real_mpnet.py's cache).")
 @click.option("--deberta", type=click.Path(path_type=Path),
@@ -114,11 +114,17 @@ def families_command(chosen, mpnet, deberta, modernbert, work, fresh, prepare_on
     # module: imported here, there is no cycle
     from .families import FULL, QUICK, FamiliesOptions, families
     from .families_report import format_families
+    from .family_models import FAMILIES
 
+    unknown = [c for c in chosen if c not in FAMILIES]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(unknown)}: choose from {', '.join(FAMILIES)}",
+                                 param_hint="--family")
     kw = dict(QUICK if quick else FULL)
     kw.update({k: v for k, v in sizes.items() if v is not None}, cold_start=cold_start)
-    sources = {k: v for k, v in (("mpnet", mpnet), ("deberta-v2", deberta),
-                                 ("modernbert", modernbert)) if v is not None}
+    given = {"--mpnet": mpnet, "--deberta": deberta, "--modernbert": modernbert}
+    sources = {name: given[spec.flag] for name, spec in FAMILIES.items()
+               if given.get(spec.flag) is not None}
     setup = FamiliesOptions(
         work=work or Path(".bench/families-quick" if quick else ".bench/families"),
         families=chosen or FamiliesOptions.families, sources=sources, tiny=quick,

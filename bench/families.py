@@ -32,7 +32,7 @@ from bertonnx.runtime.core.errors import CheckFailed
 from bertonnx.runtime.core.manifest import Manifest
 
 from .compare import NAMES, CompareOptions, compare, has_optimum, ours
-from .family_models import FAMILIES, Checkpoint, make_checkpoint, mpnet_cache
+from .family_models import FAMILIES, Checkpoint, make_checkpoint
 from .machine import machine_info
 from .optimum import OPTIMUM_CONFIG, optimum_artifacts
 from .runner import BenchOptions
@@ -80,12 +80,13 @@ def families(options: BenchOptions, setup: FamiliesOptions = FamiliesOptions(),
            "families": [], "prepared": [], "skipped": []}
     for family in setup.families:
         source = setup.sources.get(family)
-        if family == "mpnet" and source is None and not setup.tiny:
-            source = mpnet_cache()
+        spec = FAMILIES[family]
+        if spec.real is not None and source is None and not setup.tiny:
+            source = spec.real()
             if source is None:
                 out["skipped"].append({"family": family, "reason": (
-                    "no all-mpnet-base-v2 here: run `python -m tests.real_mpnet` once, or pass "
-                    "--mpnet DIR")})
+                    f"no real {spec.title} folder here: run `python -m tests.real_mpnet` once, "
+                    f"or pass {spec.flag} DIR")})
                 continue
         say(f"{family}: checkpoint")
         try:

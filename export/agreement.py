@@ -107,26 +107,30 @@ def _span(ref, got, mask, extra) -> dict:
     return {"span": float(np.mean([a == b for a, b in zip(spans_r, spans_g)]))}
 
 
-# A neighbour the fp32 model itself scores within this cosine of its nearest is a tie, not a
-# disagreement. all-mpnet-base-v2 puts export/texts.py's unrelated sentences 0.001-0.02 apart
-# at the top; an int8 graph at cosine 0.997-0.999 to fp32 moves pair similarities by a few
-# thousandths and swapped such ties on 3-6 of 40 sentences, so a strict count (0.85-0.925)
-# refused good graphs. With ties counted, that model's SmoothQuant graph passes and plain s8
-# (cosine 0.90) scores 0.750 and is still refused (tests/export/test_mpnet_real.py).
-NEAR_TIE = 0.01
+# A neighbour the fp32 model scores almost as high as its nearest is a tie, not a
+# disagreement: within NEAR_TIE of the row's spread (how far fp32's nearest sentence stands
+# above its median one). all-mpnet-base-v2 puts export/texts.py's unrelated sentences
+# 0.001-0.02 apart at the top (spreads 0.10-0.35); its SmoothQuant int8 graph, at cosine
+# 0.997-0.999 to fp32, swapped 5 such ties of 40 (margins 0.7-5.4% of their rows' spread), so
+# a strict count refused it (0.85-0.925). Relative, not absolute: a model whose sentences all
+# sit within a hair of each other (a tiny random one) has tiny spreads, and a graph that broke
+# it is still caught (tests/export/test_family_export.py, RoBERTa without its position ids).
+NEAR_TIE = 0.1
 
 
 def _cosine(ref, got, mask, extra) -> dict:
     """feature-extraction: which other sentence is nearest, by mean-pooled cosine — int8's
-    choice agrees when it is fp32's or fp32 scores it within NEAR_TIE of its own choice."""
+    choice agrees when it is fp32's, or fp32 scores it within NEAR_TIE of the row's spread
+    below its own choice."""
     m = mask[..., None].astype(np.float32)
     ea, eb = [(o * m).sum(1) / m.sum(1) for o in (ref[0], got[0])]
     ea, eb = [e / np.linalg.norm(e, axis=1, keepdims=True) for e in (ea, eb)]
     sa, sb = ea @ ea.T, eb @ eb.T
     np.fill_diagonal(sa, -np.inf)
     np.fill_diagonal(sb, -np.inf)
-    chosen = sb.argmax(1)
-    tied = sa[np.arange(len(sa)), chosen] >= sa.max(1) - NEAR_TIE
+    chosen, best = sb.argmax(1), sa.max(1)
+    median = np.nanmedian(np.where(np.isinf(sa), np.nan, sa), axis=1) if len(sa) > 2 else best
+    tied = sa[np.arange(len(sa)), chosen] >= best - NEAR_TIE * (best - median)
     cos = (ea * eb).sum(1)
     return {"nearest_neighbour": float(np.mean(tied)),
             "nearest_neighbour_exact": float(np.mean(sa.argmax(1) == chosen)),

@@ -36,21 +36,29 @@ def test_ranking_agreement_is_the_best_document_and_the_kept_pair_order():
     assert m["top1"] == 0.5 and m["pair_order"] == (1 / 3 + 1) / 2
 
 
-def _three(s01: float, s02: float) -> list[np.ndarray]:
-    """Three one-token 'sentences' whose first has cosine s01 to the second and s02 to the
-    third (the other two are each nearest the first)."""
-    a, b = np.arccos(s01), np.arccos(s02)
-    e = np.array([[1, 0, 0], [np.cos(a), np.sin(a), 0], [np.cos(b), 0, np.sin(b)]])
+def _around_first(*cosines: float) -> list[np.ndarray]:
+    """One-token 'sentences': the first, and one more at each given cosine to it (orthogonal
+    otherwise, so every other sentence is nearest the first)."""
+    n = len(cosines) + 1
+    e = np.zeros((n, n))
+    e[0, 0] = 1
+    for i, c in enumerate(cosines, 1):
+        e[i, 0], e[i, i] = c, np.sqrt(1 - c * c)
     return [e[:, None, :].astype(np.float32)]
 
 
 def test_nearest_neighbour_counts_a_swapped_near_tie_as_agreeing_and_a_clear_one_not():
-    mask = np.ones((3, 1), np.int64)
-    near = agreement.MEASURES["cosine"].metrics(_three(0.900, 0.895), _three(0.900, 0.905),
-                                                mask, None)
-    assert near["nearest_neighbour"] == 1.0          # fp32 scores int8's pick 0.005 below its own
-    assert near["nearest_neighbour_exact"] == 2 / 3  # ...which the strict count calls a miss
-    clear = agreement.MEASURES["cosine"].metrics(_three(0.900, 0.800), _three(0.900, 0.905),
-                                                 mask, None)
-    assert clear["nearest_neighbour"] == clear["nearest_neighbour_exact"] == 2 / 3
-    assert agreement.NEAR_TIE < 0.900 - 0.800
+    far = (0.2, 0.2, 0.2)  # the first sentence's typical neighbours: its row's spread is 0.7
+    mask = np.ones((6, 1), np.int64)  # six sentences, one token each
+    cosine = agreement.MEASURES["cosine"].metrics
+    near = cosine(_around_first(0.900, 0.895, *far), _around_first(0.900, 0.905, *far), mask, None)
+    assert near["nearest_neighbour"] == 1.0         # fp32 put int8's pick 0.005 below its own
+    assert near["nearest_neighbour_exact"] == 5 / 6  # ...which the strict count calls a miss
+    clear = cosine(_around_first(0.900, 0.750, *far), _around_first(0.900, 0.905, *far), mask,
+                   None)
+    assert clear["nearest_neighbour"] == clear["nearest_neighbour_exact"] == 5 / 6
+    # a tie is relative to the row's spread: the same 0.005 where every sentence is that close
+    crowded = (0.894, 0.894, 0.894)
+    tight = cosine(_around_first(0.900, 0.895, *crowded), _around_first(0.900, 0.905, *crowded),
+                   mask, None)
+    assert tight["nearest_neighbour"] == 5 / 6

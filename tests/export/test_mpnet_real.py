@@ -15,9 +15,9 @@ int8 recipes never calibrated on (they use export/texts.py).
   refused, its SmoothQuant recipe (export/int8/smooth.py) is chosen, and it keeps the mean
   cosine of the pooled embeddings to fp32 ≥ 0.99, with every Attention fp32 beside its
   relative-position bias. The gate's feature-extraction measure (nearest neighbour among
-  export/texts.py's 40 unrelated sentences) counts fp32's near ties (within
-  agreement.NEAR_TIE) as agreeing: this model's top-1 margins there are 0.001-0.02, and a
-  strict count measured 0.85-0.925 even at cosine 0.997-0.999, refusing good graphs.
+  export/texts.py's 40 unrelated sentences) counts fp32's near ties as agreeing
+  (agreement.NEAR_TIE): this model's top-1 margins there are 0.001-0.02, and a strict count
+  measured 0.85-0.925 even at cosine 0.997-0.999, refusing good graphs.
 
 The exports run as `bertonnx export` in their own processes, as users run them: one pytest
 process that loaded the checkpoint, exported fp32 and int8 and held the sessions beside
