@@ -18,6 +18,7 @@ import pytest
 from bertonnx.runtime import load
 from bertonnx.runtime.cli import COMMANDS
 
+from tests.conftest import CLS, EMB, FM, NER, QA, family_spec
 from tests.runtime._compare import assert_same
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,3 +171,28 @@ def test_the_serve_extra_brings_the_docs_page_assets(user_venv):
               "print('\\n'.join(requires('bertonnx')))"], cwd=bin_)
     serve = [line for line in r.stdout.splitlines() if 'extra == "serve"' in line]
     assert any(line.startswith("swagger-ui-bundle-v2") for line in serve), r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("model_type", ["mpnet", "deberta-v2", "modernbert"])
+def test_the_2020s_families_from_the_wheel(user_venv, tiny_export, model_type):
+    """Each head of MPNet, DeBERTa-v2 and ModernBERT, exported by the full install and run by
+    the torch-free one's CLI, answers what the checkout's library answers on the same folder
+    (the family's own tokenizer: BPE with `<mask>`, SentencePiece Unigram with `[MASK]`)."""
+    bin_, _ = user_venv
+    texts = ["The cat sat on the mat.", "naïve café in Zürich"]
+    folders = {task: tiny_export(family_spec(model_type, task), parity=True)
+               for task in (FM, CLS, NER, QA, EMB)}
+    pipes = {task: load(folder) for task, folder in folders.items()}
+    text = f"Paris is the {pipes[FM].tokenizer.mask_token} of France."
+    assert_same(_wheel_json(bin_, "fill-mask", folders[FM], text, "--top-k", "5"),
+                pipes[FM](text, top_k=5))
+    assert_same(_wheel_json(bin_, "classify", folders[CLS], *texts, "--top-k", "all"),
+                pipes[CLS](texts, top_k=None))
+    assert_same(_wheel_json(bin_, "tokens", folders[NER], *texts, "--aggregation-strategy",
+                            "simple", "--ignore-labels", ""),
+                pipes[NER](texts, aggregation_strategy="simple", ignore_labels=[]))
+    question, context = "Where did the cat sit?", "The cat sat on the mat by the river."
+    assert_same(_wheel_json(bin_, "qa", folders[QA], "-q", question, "-c", context,
+                            "--top-k", "2"),
+                pipes[QA](question=question, context=context, top_k=2))
+    assert_same(_wheel_json(bin_, "embed", folders[EMB], *texts), pipes[EMB](texts))
