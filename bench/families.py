@@ -2,7 +2,7 @@
 Optimum's export of the same checkpoint and the transformers pipeline, in one run.
 
     python -m bertonnx.bench.families --prepare  # checkpoints and exports only (reused later)
-    python -m bertonnx.bench.families            # three base-sized models (≈15 min, 2 cores)
+    python -m bertonnx.bench.families            # three base-sized models (≈18 min, 2 cores)
     python -m bertonnx.bench.families --quick    # tiny random models of all three (≈30 s)
 
 Per family, one checkpoint (family_models.py: the real all-mpnet-base-v2; DeBERTa-v3 and
@@ -37,12 +37,11 @@ from .machine import machine_info
 from .optimum import OPTIMUM_CONFIG, optimum_artifacts
 from .runner import BenchOptions
 
-# Sizes that fit three base-sized models in about 15 minutes on 2 cores once exported (an
-# estimate from the MiniLM figures, not measured: a base model's forward costs ≈7× MiniLM-L6's;
-# the 32 mixed texts are ≈4900 tokens, ≈10 s per fp32 pass; 6 engines end to end, warm-up + 3
-# rounds, ≈4 min a family, model-only ≈1 min). Latency is left to compare.py; model-only is
-# the batch × seq throughput.
-FULL = dict(texts=32, repeats=3, warmup=1, latency_seqs=(), batch=8, batch_seq=128,
+# Sizes that fit three base-sized models in about 18 minutes on 2 cores once exported (the
+# published run, BENCHMARKS.md "Families", took 18 min 25 s on a 2-core Zen 4): 32 mixed
+# texts (≈4900 tokens), 6 engines end to end, warm-up + 5 rounds, model-only at b8 × s128.
+# Latency is left to compare.py.
+FULL = dict(texts=32, repeats=5, warmup=1, latency_seqs=(), batch=8, batch_seq=128,
             pipeline_batch_sizes=(1, 8), cold_start=False, cold_repeats=1)
 QUICK = dict(texts=8, repeats=1, warmup=0, latency_seqs=(), batch=2, batch_seq=16,
              pipeline_batch_sizes=(4,), cold_start=False, cold_repeats=1)

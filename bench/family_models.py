@@ -21,6 +21,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
@@ -98,18 +99,29 @@ def mpnet_tokenizer(texts: list[str], vocab: int):
     return transformers.MPNetTokenizerFast(tokenizer_object=tok)
 
 
-def mpnet_cache() -> Path | None:
-    """tests/real_mpnet.py's cached all-mpnet-base-v2, found as it finds it (a folder under
-    $BERTONNX_TEST_CACHE, default ~/.cache/bertonnx-tests, holding these files)."""
-    root = Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
-                ).expanduser() / "all-mpnet-base-v2"
-    needed = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json")
-    if not root.is_dir():
-        return None
-    for modules in sorted(root.rglob("modules.json")):
-        if all((modules.parent / f).is_file() for f in needed):
+# the files a usable all-mpnet-base-v2 folder has (sentence-transformers' classic layout)
+MPNET_NEEDED = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json")
+
+
+def mpnet_cache_root() -> Path:
+    """Where tests/real_mpnet.py unzips all-mpnet-base-v2: $BERTONNX_TEST_CACHE (default
+    ~/.cache/bertonnx-tests)/all-mpnet-base-v2."""
+    root = os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
+    return Path(root).expanduser() / "all-mpnet-base-v2"
+
+
+def mpnet_folder(tree: Path) -> Path | None:
+    """The sentence-transformers folder inside an unzipped tree (the zip may nest it)."""
+    for modules in sorted(tree.rglob("modules.json")):
+        if all((modules.parent / f).is_file() for f in MPNET_NEEDED):
             return modules.parent
     return None
+
+
+def mpnet_cache() -> Path | None:
+    """The cached all-mpnet-base-v2 folder, or None when tests/real_mpnet.py has not made it."""
+    root = mpnet_cache_root()
+    return mpnet_folder(root) if root.is_dir() else None
 
 
 # -- the families ----------------------------------------------------------------------------
@@ -135,7 +147,7 @@ class FamilySpec:
     optimum_o2_note: str = ""
     real: Callable | None = None  # the real folder when one is at hand offline (or None)
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The model_type: read from the family row whose classes these are."""
         return next(r.model_type for r in ROWS.values()

@@ -42,29 +42,28 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
     from optimum.onnxruntime import ORTModelForSequenceClassification, ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoOptimizationConfig, AutoQuantizationConfig
 
-    o2_wanted = o2
-    plain, o2 = work / "optimum-plain", work / "optimum-O2"
+    plain, o2_dir = work / "optimum-plain", work / "optimum-O2"
     int8 = work / ("optimum-int8" if int8_config == "avx2" else f"optimum-int8-{int8_config}")
     notes = []
     if fresh:
-        for d in (plain, o2, int8):
+        for d in (plain, o2_dir, int8):
             shutil.rmtree(d, ignore_errors=True)
     if not (plain / "model.onnx").is_file():
         say("optimum export")
         m = ORTModelForSequenceClassification.from_pretrained(ckpt, export=True)
         m.save_pretrained(plain)
         _copy_tokenizer(ckpt, plain)
-    if o2_wanted and not (o2 / "model_optimized.onnx").is_file():
+    if o2 and not (o2_dir / "model_optimized.onnx").is_file():
         say("optimum O2 optimisation")
         m = ORTModelForSequenceClassification.from_pretrained(plain)
-        ORTOptimizer.from_pretrained(m).optimize(save_dir=o2,
+        ORTOptimizer.from_pretrained(m).optimize(save_dir=o2_dir,
                                                  optimization_config=AutoOptimizationConfig.O2())
-        _copy_tokenizer(ckpt, o2)
+        _copy_tokenizer(ckpt, o2_dir)
     if not (int8 / "model_quantized.onnx").is_file():
         qc = getattr(AutoQuantizationConfig, int8_config)(is_static=False, per_channel=False)
         try:  # the fused graph first: the obvious path, and the one that fails
-            if o2_wanted:
-                ORTQuantizer.from_pretrained(o2, file_name="model_optimized.onnx").quantize(
+            if o2:
+                ORTQuantizer.from_pretrained(o2_dir, file_name="model_optimized.onnx").quantize(
                     save_dir=work / "optimum-O2-int8", quantization_config=qc)
                 notes.append("ORTQuantizer on the O2 graph worked")
         except Exception as e:  # noqa: BLE001 — recorded, then the working path is taken
@@ -77,9 +76,9 @@ def optimum_artifacts(ckpt: Path, work: Path, fresh: bool, say=lambda m: None,
         (int8 / "optimum-notes.json").write_text(json.dumps(notes))
     elif (int8 / "optimum-notes.json").is_file():
         notes = json.loads((int8 / "optimum-notes.json").read_text())
-    fp32 = (o2, "model_optimized.onnx") if o2_wanted else (plain, "model.onnx")
+    fp32 = (o2_dir, "model_optimized.onnx") if o2 else (plain, "model.onnx")
     return {"fp32": fp32, "int8": (int8, "model_quantized.onnx"), "notes": notes,
-            "o2": o2_wanted}
+            "o2": o2}
 
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:

