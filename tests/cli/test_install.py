@@ -121,7 +121,7 @@ def test_bench_from_the_wheel_without_torch(user_venv, tmp_path):
     r = _run([bin_ / "bertonnx", "bench", "default", "--quick", "--no-cold-start",
               "--texts", texts, "--json"], cwd=bin_)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx int8 fused"]
+    assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx fp32 fused"]
 
 
 def _wheel_json(bin_, *argv):

@@ -1,5 +1,5 @@
 """The word `default`: one table (bertonnx.runtime.core.defaults) behind every command and `load()`,
-and the shipped fill-mask default — verified, int8, fused, and answering English cloze
+and the shipped fill-mask default — verified, fp32, fused, and answering English cloze
 sentences it never saw (scripts/data/cloze_en.tsv; the corpus script drops any line holding one).
 """
 from __future__ import annotations
@@ -12,26 +12,40 @@ from pathlib import Path
 import pytest
 
 from bertonnx.runtime import load, load_tokenizer
-from bertonnx.runtime.core import defaults
+from bertonnx.runtime.core import cpu, defaults
 from bertonnx.runtime.core.errors import ConfigError
 from bertonnx.runtime.core.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_shipped_export_is_verified_int8_and_fused():
+def test_shipped_export_is_verified_fp32_and_fused():
     m = Manifest.read(defaults.export_dir("fill-mask"))  # sha256 of every file checked
-    assert m.task == "fill-mask" and m.quantization["mode"] == "int8"
+    assert m.task == "fill-mask" and m.quantization["mode"] == "none"
     layers = m.config["num_hidden_layers"]
-    assert m.fused_ops["QAttention"] == layers and m.fused_ops["QEmbedLayerNormalization"] == 1
-    assert m.parity["passed"] and m.parity["agreement"] >= 0.9
+    assert m.fused_ops["Attention"] == layers and m.fused_ops["EmbedLayerNormalization"] == 1
+    assert m.parity["passed"] and m.parity["max_abs"]["logits"] <= 1e-4
+
+
+def test_the_shipped_graph_suits_every_cpu_kind():
+    """No integer kernel in it: an int8 graph is tuned for the CPU it was made on (an s8 graph
+    made on AMX can saturate on AVX2's u8×s8 multiply-adds), and the user has no checkpoint to
+    rebuild it from (issue 31, item 5). fp32 answers alike on every kind."""
+    import onnx  # only to read the graph's op types
+
+    graph = onnx.load(defaults.export_dir("fill-mask") / "model.onnx", load_external_data=False)
+    ops = {n.op_type for n in graph.graph.node}
+    assert not {op for op in ops if "Integer" in op or "Quantize" in op or op.startswith("Q")}, ops
+    assert not cpu.warn_if_other_cpu(defaults.export_dir(), Manifest.read(
+        defaults.export_dir()).quantization, kind="avx2", source="default")
 
 
 def test_fill_mask_default_answers_english_cloze_sentences():
-    """The shipped int8 export measured 8/55 top-1 and 25/55 top-5 on the cloze set
+    """The shipped export measured 10/55 top-1 and 27/55 top-5 on the cloze set
     (docs/default-model.md); the goal it was trained for — top-5 for half, top-1 for a third —
-    is not reached yet. This guards what it does reach, with a margin of three sentences for
-    int8 kernels that differ between CPUs. The previous default (a tweet model) scored 0/55."""
+    is not reached yet. This guards what it does reach, with a margin of two sentences for
+    near ties that fp32 kernels of other CPUs may order otherwise. The previous default (a
+    tweet model) scored 0/55."""
     # scored by the script that made docs/default-model.md's figures, so there is one scorer
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "english_corpus.py"), "cloze",
                           "default", "--json"], capture_output=True, text=True, timeout=300)
@@ -39,10 +53,8 @@ def test_fill_mask_default_answers_english_cloze_sentences():
     r = json.loads(out.stdout)
     top1, top5 = r["top1"], r["top5"]
     assert r["sentences"] >= 40
-    assert top5 >= 22 and top1 >= 5, (top1, top5, r["sentences"])
+    assert top5 >= 25 and top1 >= 8, (top1, top5, r["sentences"])
     fill = load("default")
-    # alone, not in the batch: dynamic int8 quantizes each call's activations with that
-    # call's own scale, so a text's scores move a little with its batch
     answers = [r["token_str"] for r in fill("Paris is the [MASK] of France.", top_k=3)]
     assert "capital" in answers, answers
 
