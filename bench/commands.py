@@ -228,3 +228,46 @@ def retrieval_memory_command(task, work, engine, **sizes):
         click.echo(json.dumps(child(task, engine, options)))
         return
     click.echo(format_peak_memory(peak_memory(task, options, _say)), nl=False)
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    return None if text is None else tuple(int(x) for x in text.split(",") if x.strip())
+
+
+@click.command()
+@click.option("--work", type=click.Path(path_type=Path), default=Path(".bench/retrieval"),
+              show_default=True, help="Folder for exports and the peers' folders (shared with "
+              "the retrieval bench, reused between runs).")
+@click.option("--model", type=click.Path(path_type=Path),
+              help="Embedding sentence-transformers folder (default: all-MiniLM-L6-v2).")
+@click.option("--engines", default="all", show_default=True,
+              help="Comma list: bertonnx, ctranslate2, st-onnx, st-onnx-o3, st-onnx-int8, "
+                   "st-openvino, torch; 'all'.")
+@click.option("--batches", help="Comma list of batch sizes (default 1,8,32).")
+@click.option("--lengths", help="Comma list of sequence lengths (default 16,32,64,128,256,512).")
+@click.option("--rounds", type=int, help="Timed rounds per cell, order rotated (default 5).")
+@click.option("--texts", type=int, help="Prose sentences for the accuracy columns (default 256).")
+@click.option("--threads", type=int, help="Threads of every engine (default: usable CPUs).")
+@click.option("--fp32-only", is_flag=True, help="Leave bertonnx's int8 export out.")
+@click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Also write the result here as JSON.")
+def grid_command(engines, batches, lengths, quick, fp32_only, json_path, **sizes):
+    """Model-only grid: each engine's forward, batch × length, beside its accuracy."""
+    import json  # the report's JSON only here
+
+    # grid.py's `python -m` entry imports this module: imported here, there is no cycle
+    from .grid import ENGINES, QUICK, GridOptions, grid
+    from .grid_report import format_grid
+
+    kw = dict(QUICK) if quick else {}
+    kw.update({k: v for k, v in sizes.items() if v is not None})
+    kw.update({k: v for k, v in (("batches", _ints(batches)), ("lengths", _ints(lengths)))
+               if v is not None})
+    chosen = ENGINES if engines == "all" else tuple(
+        e.strip() for e in engines.split(",") if e.strip())
+    result = grid(GridOptions(engines=chosen, precisions=("none",) if fp32_only
+                              else ("none", "int8"), **kw), _say)
+    click.echo(format_grid(result), nl=False)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")

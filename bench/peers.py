@@ -212,6 +212,17 @@ def openvino_precision(model) -> str:
 
 # -- CTranslate2 (embeddings) --------------------------------------------------------------
 
+def ct2_model(source: Path, work: Path, quant: str, say) -> Path:
+    """CTranslate2's conversion of `source` at `quant` (float32, int8), made once."""
+    from ctranslate2.converters import TransformersConverter  # bench-only dependency
+
+    out = work / f"ct2-embed-{quant}"
+    if not (out / "model.bin").is_file():
+        say(f"CTranslate2 conversion ({quant}) -> {out}")
+        TransformersConverter(str(source)).convert(str(out), quantization=quant, force=True)
+    return out
+
+
 def ctranslate2_engines(source: Path, work: Path, threads: int, say
                         ) -> tuple[list[Engine], list[Skipped]]:
     """CTranslate2 float32 and int8 of an embedding folder with mean pooling (+ Normalize)."""
@@ -219,7 +230,6 @@ def ctranslate2_engines(source: Path, work: Path, threads: int, say
         return [], [Skipped("CTranslate2", why)]
     # bench-only dependencies: imported when their engine is made
     import ctranslate2
-    from ctranslate2.converters import TransformersConverter
     from tokenizers import Tokenizer
 
     pooling = json.loads((source / "1_Pooling" / "config.json").read_text())
@@ -232,11 +242,8 @@ def ctranslate2_engines(source: Path, work: Path, threads: int, say
     tok.enable_truncation(max_len)
     engines = []
     for quant, precision in (("float32", "fp32"), ("int8", "int8")):
-        out = work / f"ct2-embed-{quant}"
-        if not (out / "model.bin").is_file():
-            say(f"CTranslate2 conversion ({quant}) -> {out}")
-            TransformersConverter(str(source)).convert(str(out), quantization=quant, force=True)
-        encoder = ctranslate2.Encoder(str(out), device="cpu", intra_threads=threads)
+        encoder = ctranslate2.Encoder(str(ct2_model(source, work, quant, say)), device="cpu",
+                                      intra_threads=threads)
 
         def call(texts, encoder=encoder):
             ids = [e.ids for e in tok.encode_batch(texts)]
