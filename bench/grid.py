@@ -37,6 +37,7 @@ import numpy as np
 from bertonnx.runtime.core.contract import INPUT_NAMES
 from bertonnx.runtime.core.errors import InputError
 from bertonnx.runtime.core.pipelines import load
+from bertonnx.runtime.core.session import create_session
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from . import peers
@@ -93,11 +94,6 @@ class Forward:
 
 # -- the engines ---------------------------------------------------------------------------
 
-def _ort_feeds(session, ids, mask) -> dict:
-    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    return {i.name: feeds[i.name] for i in session.get_inputs()}
-
-
 def bertonnx_forward(folder: Path, threads: int) -> Forward:
     pipe = load(folder, threads=threads)
     session = pipe.session
@@ -115,24 +111,21 @@ def bertonnx_forward(folder: Path, threads: int) -> Forward:
 
 def st_onnx_forwards(source: Path, work: Path, keys, threads: int, say
                      ) -> tuple[list[Forward], list[peers.Skipped]]:
-    """sentence-transformers' ONNX files of `source`, each in a plain onnxruntime session."""
+    """sentence-transformers' ONNX files of `source`, each in an onnxruntime session with
+    onnxruntime's default options (runtime/core/session.py's factory, as every bench session)."""
     keys = [k for k in ("st-onnx", "st-onnx-o3", "st-onnx-int8") if k in keys]
     if not keys:
         return [], []
     if (why := peers._missing("sentence_transformers") or peers._missing("optimum.onnxruntime")):
         return [], [peers.Skipped(f"{peers.ST} ONNX", why)]
-    import onnxruntime as ort  # the peers' sessions: plain ones, the same thread count
-
     folder = peers.st_artifacts("embed", source, work, {"onnx"}, say)["onnx"] / "onnx"
     found = []
     for key in keys:
         label, _, file_name, precision = peers.ST_VARIANTS[key]
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        session = ort.InferenceSession(str(folder / file_name), so,
-                                       providers=["CPUExecutionProvider"])
-        found.append(Forward(f"{peers.ST} {label}", precision,
-                             lambda ids, mask, s=session: s.run(None, _ort_feeds(s, ids, mask))[0]))
+        session = create_session(folder / file_name, threads=threads)
+        found.append(Forward(f"{peers.ST} {label}", precision, lambda ids, mask, s=session: s.run(
+            dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids)))), s.output_names[:1])[
+                s.output_names[0]]))
     return found, []
 
 
