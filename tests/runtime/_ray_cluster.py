@@ -28,23 +28,31 @@ STORE = 80 << 20  # object store per node (Ray's minimum is 75 MiB): the tests m
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
+def _free_ports(n: int, taken: set[int]) -> list[int]:
+    """`n` distinct free ports, none in `taken` (which gains them).
+
+    All `n` sockets stay bound until every port is drawn, so the OS cannot hand one port out
+    twice within a call; `taken` keeps calls apart: a port given to a node that has not bound
+    it yet is free again to the OS, and Ray refuses a node whose components share a port.
+    """
+    socks, ports = [], []
     try:
-        for _ in range(n):
+        while len(ports) < n:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            if s.getsockname()[1] not in taken:
+                ports.append(s.getsockname()[1])
+        taken.update(ports)
+        return ports
     finally:
         for s in socks:
             s.close()
 
 
-def _port_flags() -> list[str]:
-    names = ("--object-manager-port", "--node-manager-port", "--dashboard-agent-listen-port",
-             "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
-    return [x for name, port in zip(names, _free_ports(len(names))) for x in (name, str(port))]
+NODE_PORTS = ("--object-manager-port", "--node-manager-port", "--dashboard-agent-listen-port",
+              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
+HEAD_PORTS = ("--port", "--dashboard-port", "--ray-client-server-port")
 
 
 def _members(group: int) -> list[int]:
@@ -73,15 +81,19 @@ class LocalCluster:
     root: Path
     groups: dict[str, int] = field(default_factory=dict)  # node name -> process group id
     address: str = ""
+    taken: set[int] = field(default_factory=set)  # every port handed to a node of this cluster
 
-    def _start(self, name: str, flags: list[str], cpus: int, env: dict | None) -> None:
+    def _start(self, name: str, flags: list[str], cpus: int, env: dict | None,
+               named: tuple[str, ...] = ()) -> dict[str, int]:
+        """Start node `name`, giving each of NODE_PORTS and `named` a port of its own."""
+        ports = dict(zip(NODE_PORTS + named, _free_ports(len(NODE_PORTS + named), self.taken)))
         temp = self.root / name  # short: Ray's socket paths must stay under 108 bytes
         temp.mkdir(parents=True)
         log = open(self.root / f"{name}.log", "wb")
         argv = [str(RAY), "start", *flags, "--node-ip-address", "127.0.0.1",
                 "--num-cpus", str(cpus), "--object-store-memory", str(STORE),
                 "--min-worker-port", "0", "--max-worker-port", "0", "--temp-dir", str(temp),
-                "--disable-usage-stats", *_port_flags()]
+                "--disable-usage-stats", *(x for k, v in ports.items() for x in (k, str(v)))]
         # `ray start` returns once the node is up; its processes keep this process group
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, **ENV, **(env or {})})
@@ -91,13 +103,12 @@ class LocalCluster:
         if rc != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n"
                                + (self.root / f"{name}.log").read_text()[-3000:])
+        return ports
 
     def start_head(self, cpus: int, env: dict | None = None) -> str:
-        gcs, dashboard, client = _free_ports(3)
-        self._start("head", ["--head", "--port", str(gcs), "--include-dashboard", "false",
-                             "--dashboard-port", str(dashboard),
-                             "--ray-client-server-port", str(client)], cpus, env)
-        self.address = f"127.0.0.1:{gcs}"
+        ports = self._start("head", ["--head", "--include-dashboard", "false"], cpus, env,
+                            named=HEAD_PORTS)
+        self.address = f"127.0.0.1:{ports['--port']}"
         return self.address
 
     def add_worker(self, name: str, cpus: int, env: dict | None = None) -> None:
