@@ -44,7 +44,7 @@ from . import peers
 from .engines import best_torch_threads
 from .inputs import prose_sentences, random_feeds
 from .machine import cores, load_avg, machine_info
-from .retrieval import bertonnx_export, peer_versions
+from .retrieval import bertonnx_export, bertonnx_label, peer_versions
 from .timing import round_robin, stats
 
 BATCHES = (1, 8, 32)
@@ -97,16 +97,12 @@ class Forward:
 def bertonnx_forward(folder: Path, threads: int) -> Forward:
     pipe = load(folder, threads=threads)
     session = pipe.session
-    q = pipe.folder.manifest.quantization
-    mode = q.get("mode", "none")
-    name = f"bertonnx {'fp32' if mode == 'none' else mode}"
-    precision = "fp32" if mode == "none" else f"{mode} {q.get('recipe', '')}".strip()
 
     def run(ids, mask):
         feeds = dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
         return session.run(feeds, ("last_hidden_state",))["last_hidden_state"]
 
-    return Forward(name, precision, run)
+    return Forward(*bertonnx_label(pipe), run)
 
 
 def st_onnx_forwards(source: Path, work: Path, keys, threads: int, say
@@ -207,9 +203,9 @@ def forwards(source: Path, options: GridOptions, work: Path, say
 
 # -- accuracy and the grid -----------------------------------------------------------------
 
-def prose_batch(source: Path, n: int, max_len: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """`n` held-out prose sentences as (ids, mask), padded to the longest, cut at `max_len`."""
-    backend = load_tokenizer(source).backend
+def prose_batch(backend, n: int, max_len: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """`n` held-out prose sentences as (ids, mask), padded to the longest, cut at `max_len`
+    (`backend`: the model's `tokenizers.Tokenizer`; its padding and truncation are set here)."""
     backend.no_padding()
     backend.enable_truncation(max_len)
     encs = backend.encode_batch(prose_sentences(n))
@@ -252,11 +248,12 @@ def grid(options: GridOptions, say: Callable[[str], None] = lambda m: None) -> d
     machine = machine_info(options.threads or cores())
     machine["versions"].update(peer_versions())
     found, skipped = forwards(source, options, work, say)
-    ids, mask = prose_batch(source, options.texts)
+    backend = load_tokenizer(source).backend
+    ids, mask = prose_batch(backend, options.texts)
     reference = next((f.name for f in found if f.name == "transformers (torch)"), found[0].name)
     say(f"accuracy on {options.texts} prose sentences, cosine to {reference}")
     agree = accuracy(found, ids, mask, reference)   # first: a broken engine fails in seconds
-    vocab = load_tokenizer(source).backend.get_vocab_size()
+    vocab = backend.get_vocab_size()
     cells = []
     for batch in options.batches:
         for length in options.lengths:

@@ -163,14 +163,20 @@ def bertonnx_export(kind: str, source: Path, work: Path, quantize: str, fresh: b
     return out
 
 
+def bertonnx_label(pipe) -> tuple[str, str]:
+    """The name and precision an export is shown under in every bench table (from its
+    manifest): ("bertonnx int8", "int8 s8"), ("bertonnx fp32", "fp32")."""
+    q = pipe.folder.manifest.quantization
+    mode = q.get("mode", "none")
+    if mode == "none":
+        return "bertonnx fp32", "fp32"
+    return f"bertonnx {mode}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
+
+
 def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
     """bertonnx's library call on the task's work (lists in, its own micro-batching)."""
     pipe = load(folder, threads=threads)
-    q = pipe.folder.manifest.quantization
-    mode = q.get("mode", "none")
-    precision = "fp32" if mode == "none" else " ".join(str(x) for x in (mode, q.get("recipe"))
-                                                       if x)
-    name = f"bertonnx {'fp32' if mode == 'none' else mode}"
+    name, precision = bertonnx_label(pipe)
     if kind == "embed":
         return Engine(name, e2e=lambda texts: pipe(texts, return_tensors=True),
                       answer=peers.dense_rows, precision=precision)

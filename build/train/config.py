@@ -21,6 +21,8 @@ class TrainConfig:
     warmup: float = 0.06           # < 1: fraction of the steps; >= 1: a step count
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
+    layer_decay: float = 1.0       # lr x this per layer below the top (1: one lr for all)
+    head_lr_scale: float = 1.0     # the task head's lr as a multiple of lr
     seed: int = 0
     log_every: int = 10
     save_every: int = 500          # checkpoint period in steps (and always at the end)
@@ -42,6 +44,10 @@ class TrainConfig:
             raise InputError("--epochs must be positive", f"got {self.epochs}")
         if not self.lr > 0:
             raise InputError("--lr must be positive", f"got {self.lr}")
+        if not 0 < self.layer_decay <= 1:
+            raise InputError("--layer-decay must be in (0, 1]", f"got {self.layer_decay}")
+        if not self.head_lr_scale > 0:
+            raise InputError("--head-lr-scale must be positive", f"got {self.head_lr_scale}")
         if self.warmup < 0:
             raise InputError("--warmup must be >= 0", f"got {self.warmup}")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):

@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -99,15 +100,30 @@ def linear_schedule(warmup: int, total: int):
     return factor
 
 
+_LAYER = re.compile(r"^encoder\.layers\.(\d+)\.")
+
+
+def lr_scale(name: str, layers: int, cfg: TrainConfig) -> float:
+    """A parameter's share of --lr: `layer_decay` per layer below the top (embeddings lowest,
+    the encoder's top parts such as the pooler at 1), and `head_lr_scale` on the head."""
+    if name.startswith("head."):
+        return cfg.head_lr_scale
+    found = _LAYER.match(name)
+    depth = int(found.group(1)) + 1 if found else (0 if name.startswith("encoder.embeddings.")
+                                                   else layers + 1)
+    return cfg.layer_decay ** (layers + 1 - depth)
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     # BERT's recipe: no weight decay on biases and LayerNorm weights.
-    decay, no_decay = [], []
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", 0)
+    groups: dict[tuple[float, bool], list] = {}
     for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+        if p.requires_grad:
+            groups.setdefault((lr_scale(name, layers, cfg), p.ndim >= 2), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "lr": cfg.lr * scale,
+                               "weight_decay": cfg.weight_decay if decay else 0.0}
+                              for (scale, decay), ps in groups.items()], lr=cfg.lr)
 
 
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
