@@ -131,15 +131,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--obvious", type=Path, default=OBVIOUS)
     ap.add_argument("--base", type=Path, default=None, help="default: the bundled MiniLM")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--skip-defaults", action="store_true",
-                    help="Only the Trainer run with the recipe's hyperparameters.")
+    skip = ap.add_mutually_exclusive_group()
+    skip.add_argument("--skip-defaults", action="store_true",
+                      help="Only the Trainer run with the recipe's hyperparameters.")
+    skip.add_argument("--skip-recipe", action="store_true",
+                      help="Only the Trainer run with TrainingArguments' own defaults.")
     for name, value in asdict(Budget()).items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     a = ap.parse_args(argv)
     budget = Budget(**{k: getattr(a, k) for k in asdict(Budget())})
     base = a.base or default_model_dir()
     runs = {"bertonnx finetune": (a.ours, None, _steps_taken(a.ours))}
-    for kind in ("recipe", "defaults")[:1 if a.skip_defaults else 2]:
+    kinds = [k for k, skipped in (("recipe", a.skip_recipe), ("defaults", a.skip_defaults))
+             if not skipped]
+    for kind in kinds:
         folder = a.out / f"trainer-{kind}"
         runs[f"Trainer ({kind})"] = (folder, *train_with_trainer(
             base, a.train, folder, budget, defaults=kind == "defaults"))

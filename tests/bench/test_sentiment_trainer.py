@@ -57,3 +57,12 @@ def test_trainer_gets_the_same_steps_and_one_scorer_judges_both(tmp_path, tiny_h
                  ["id2label"].values())
     assert labels == set(WORDS)
     assert json.loads((tmp_path / "cmp" / "comparison.json").read_text()) == report
+
+    # --skip-recipe: Trainer with its own defaults alone, beside the same scored folder
+    alone = sentiment_trainer.main([
+        "--ours", str(ours), "--train", str(train), "--test", str(test), "--obvious",
+        str(obvious), "--base", str(base), "--out", str(tmp_path / "cmp2"), "--epochs", "2",
+        "--batch-size", "16", "--max-seq-len", "16", "--skip-recipe"])
+    assert list(alone["runs"]) == ["bertonnx finetune", "Trainer (defaults)"]
+    assert alone["runs"]["Trainer (defaults)"] == report["runs"]["Trainer (defaults)"] | {
+        "train_s": alone["runs"]["Trainer (defaults)"]["train_s"]}
