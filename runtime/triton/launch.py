@@ -156,10 +156,17 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_ports(host: str, n: int) -> list[int]:
+    """`n` different ports free now: every socket stays bound until all are drawn (one closed
+    before the next is drawn can come back, and Triton then binds HTTP and gRPC to one port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass(frozen=True)
@@ -174,9 +181,8 @@ class Ports:
         """HTTP on `http`, gRPC on http + 1 and metrics on http + 2 unless given (Triton's own
         8000/8001/8002); port 0 picks free ports. InputError names a port in use."""
         if http == 0:
-            http = free_port(host)
-            grpc = grpc or free_port(host)
-            metrics = metrics or free_port(host)
+            http, free_grpc, free_metrics = free_ports(host, 3)
+            grpc, metrics = grpc or free_grpc, metrics or free_metrics
         ports = cls(http, grpc or http + 1, metrics or http + 2)
         for what, port in (("HTTP", ports.http), ("gRPC", ports.grpc),
                            ("metrics", ports.metrics)):
