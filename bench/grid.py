@@ -94,13 +94,18 @@ class Forward:
 
 # -- the engines ---------------------------------------------------------------------------
 
+def _feeds(ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """Every engine's inputs; token types all 0 (one segment). An engine drops what its graph
+    does not declare."""
+    return dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
+
+
 def bertonnx_forward(folder: Path, threads: int) -> Forward:
     pipe = load(folder, threads=threads)
     session = pipe.session
 
     def run(ids, mask):
-        feeds = dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids))))
-        return session.run(feeds, ("last_hidden_state",))["last_hidden_state"]
+        return session.run(_feeds(ids, mask), ("last_hidden_state",))["last_hidden_state"]
 
     return Forward(*bertonnx_label(pipe), run)
 
@@ -120,8 +125,7 @@ def st_onnx_forwards(source: Path, work: Path, keys, threads: int, say
         label, _, file_name, precision = peers.ST_VARIANTS[key]
         session = create_session(folder / file_name, threads=threads)
         found.append(Forward(f"{peers.ST} {label}", precision, lambda ids, mask, s=session: s.run(
-            dict(zip(INPUT_NAMES, (ids, mask, np.zeros_like(ids)))), s.output_names[:1])[
-                s.output_names[0]]))
+            _feeds(ids, mask), s.output_names[:1])[s.output_names[0]]))
     return found, []
 
 
@@ -140,8 +144,7 @@ def openvino_forward(source: Path, work: Path, threads: int, say
     hint = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
 
     def run(ids, mask):
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        return compiled({k: v for k, v in feeds.items() if k in names})[0]
+        return compiled({k: v for k, v in _feeds(ids, mask).items() if k in names})[0]
 
     return [Forward("OpenVINO", f"{hint} (OpenVINO's default here)", run)], []
 

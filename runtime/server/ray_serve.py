@@ -28,7 +28,6 @@ import logging
 import math
 import re
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -46,6 +45,7 @@ from starlette.responses import Response
 from ..core.defaults import resolve_export
 from ..core.errors import ArtifactError, InputError
 from ..core.foreign import read_manifest
+from ..core.ports import free_ports
 from ..ray.cluster import join
 from .app import create_app
 from .protocol import error_body
@@ -215,7 +215,7 @@ def serve_on_ray(model_dir, options: ServeOptions, ray_options: RayOptions, *,
     (replicas answer what they hold first). Returns the exit status."""
     model_dir = resolve_export(model_dir).resolve()   # replicas start in other directories
     manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
-    port = options.port or _free_port(options.host)
+    port = options.port or free_ports(options.host, 1)[0]
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.WARNING)
     join(ray_options.address)
@@ -319,13 +319,6 @@ def _proxy_address(host: str, port: int) -> tuple[str, int]:
                          f"pass --host {config.host} --port {config.port}, or stop it "
                          "with `serve shutdown`")
     return host, port
-
-
-def _free_port(host: str) -> int:
-    """--port 0: a port free now on this machine (the proxy runs here on a local cluster)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _first_line(e: BaseException) -> str:

@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ from importlib import util
 from pathlib import Path
 
 from ..core.errors import ConfigError, InputError
+from ..core.ports import free_ports, port_free
 
 GLIBC = (2, 35)                     # nvidia-pytriton 0.7.0's wheels are manylinux_2_35
 MACHINES = ("x86_64", "aarch64")
@@ -145,28 +145,6 @@ def backend_folder(root: Path, bundle: Bundle, stub: StubPython) -> Path:
                 bundle.stubs / stub.version / "triton_python_backend_stub"):
         (folder / src.name).symlink_to(src)
     return folder.parent
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_ports(host: str, n: int) -> list[int]:
-    """`n` different ports free now: every socket stays bound until all are drawn (one closed
-    before the next is drawn can come back, and Triton then binds HTTP and gRPC to one port)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass(frozen=True)

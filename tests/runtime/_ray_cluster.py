@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bertonnx.runtime.core.ports import free_ports
 
 RAY = Path(sys.executable).with_name("ray")  # the ray beside this Python, else on PATH
 if not RAY.exists():
@@ -26,28 +27,6 @@ STORE = 80 << 20  # object store per node (Ray's minimum is 75 MiB): the tests m
 # auth on whenever ~/.ray/auth_token exists (another cluster's), for some processes and not
 # others; a cluster the test owns alone on 127.0.0.1 goes without
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def _free_ports(n: int, taken: set[int]) -> list[int]:
-    """`n` distinct free ports, none in `taken` (which gains them).
-
-    All `n` sockets stay bound until every port is drawn, so the OS cannot hand one port out
-    twice within a call; `taken` keeps calls apart: a port given to a node that has not bound
-    it yet is free again to the OS, and Ray refuses a node whose components share a port.
-    """
-    socks, ports = [], []
-    try:
-        while len(ports) < n:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            if s.getsockname()[1] not in taken:
-                ports.append(s.getsockname()[1])
-        taken.update(ports)
-        return ports
-    finally:
-        for s in socks:
-            s.close()
 
 
 NODE_PORTS = ("--object-manager-port", "--node-manager-port", "--dashboard-agent-listen-port",
@@ -86,7 +65,9 @@ class LocalCluster:
     def _start(self, name: str, flags: list[str], cpus: int, env: dict | None,
                named: tuple[str, ...] = ()) -> dict[str, int]:
         """Start node `name`, giving each of NODE_PORTS and `named` a port of its own."""
-        ports = dict(zip(NODE_PORTS + named, _free_ports(len(NODE_PORTS + named), self.taken)))
+        drawn = free_ports("127.0.0.1", len(NODE_PORTS + named), avoid=self.taken)
+        self.taken.update(drawn)
+        ports = dict(zip(NODE_PORTS + named, drawn))
         temp = self.root / name  # short: Ray's socket paths must stay under 108 bytes
         temp.mkdir(parents=True)
         log = open(self.root / f"{name}.log", "wb")
