@@ -30,7 +30,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
                                       quantize_dynamic, quantize_static)
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-from .. import tied_decoder
+from .. import fusion, tied_decoder
 from ..attention_bias import ATTENTION_BIAS
 from ..graph import save_model
 from .evidence import default_settings_summary
@@ -88,6 +88,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
                          nodes_to_exclude=list(tied_decoder.NODES) + fp32 + biased,
                          extra_options={"MatMulConstBOnly": True})
         q = onnx.load(str(out))
+    fusion.unfuse_bias_gelu(q)  # lets onnxruntime fold the bias into the int8 MatMul
     if tied is not None and fp32:
         tied_decoder.unhide(q)
     elif tied is not None:

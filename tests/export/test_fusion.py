@@ -1,4 +1,5 @@
-"""export/fusion.py's unfuse_residual_norms on its own (whole exports: test_export.py)."""
+"""export/fusion.py's unfuse_residual_norms and unfuse_bias_gelu on their own (whole exports:
+test_export.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bertonnx.export.fusion import unfuse_residual_norms
+from bertonnx.export.fusion import unfuse_bias_gelu, unfuse_residual_norms
 from bertonnx.runtime.core.session import create_session
 
 HIDDEN = 16
@@ -46,3 +47,31 @@ def test_unfused_norm_computes_what_the_fused_one_did(tmp_path, bias):
     # the same sums and the same normalisation: float32 rounding apart
     np.testing.assert_allclose(outs[1], outs[0], atol=1e-5, rtol=0)
     assert np.abs(outs[0]).max() > 0.1
+
+
+def bias_gelu_graph() -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    bias = numpy_helper.from_array(rng.standard_normal(HIDDEN).astype(np.float32), "bias")
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "t", HIDDEN])
+          for n in ("x", "y")]
+    node = helper.make_node("BiasGelu", ["x", "bias"], ["y"], name="gelu0",
+                            domain="com.microsoft")
+    graph = helper.make_graph([node], "g", io[:1], io[1:], [bias])
+    return helper.make_model(graph, ir_version=8, opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_unfused_bias_gelu_computes_what_the_fused_one_did(tmp_path):
+    fused, plain = bias_gelu_graph(), bias_gelu_graph()
+    assert unfuse_bias_gelu(plain) == 1
+    assert [(n.op_type, n.domain) for n in plain.graph.node] == [
+        ("Add", ""), ("Gelu", "com.microsoft")]
+    onnx.checker.check_model(plain)
+    x = np.random.default_rng(4).standard_normal((2, 7, HIDDEN)).astype(np.float32) * 3
+    outs = []
+    for name, proto in (("fused", fused), ("plain", plain)):
+        onnx.save(proto, tmp_path / f"{name}.onnx")
+        outs.append(create_session(tmp_path / f"{name}.onnx", threads=1).inner.run(
+            None, {"x": x})[0])
+    np.testing.assert_allclose(outs[1], outs[0], atol=1e-6, rtol=0)
+    assert np.abs(outs[0]).max() > 1

@@ -123,3 +123,26 @@ def test_measuring_needs_int8_parity_and_this_cpu(monkeypatch):
     monkeypatch.setattr(cpu, "this_kind", lambda: "avx2")
     with pytest.raises(InputError, match="measures this CPU \\(avx2\\), not amx"):
         ExportOptions(quantize="int8", target_cpu="amx", measure_recipes=True)
+
+
+@pytest.mark.parametrize("name", [n for n, r in RECIPES.items() if r.method == "dynamic"])
+def test_the_ffn_bias_folds_into_the_int8_matmul_at_load(tiny_checkpoint, tmp_path, name):
+    """BiasGelu is split back into Add + Gelu in int8 graphs (export/fusion.py
+    unfuse_bias_gelu) so that onnxruntime folds the Add into DynamicQuantizeMatMul's bias:
+    in the graph it runs, every Gelu reads a DynamicQuantizeMatMul's output."""
+    import onnxruntime as ort
+
+    export_model(tiny_checkpoint(TASK), TASK, tmp_path / "x",
+                 ExportOptions(quantize="int8", int8_recipe=name, parity=False))
+    saved = onnx.load(str(tmp_path / "x" / MODEL_NAME))
+    assert "BiasGelu" not in graph.op_counts(saved)
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "ran.onnx")
+    ort.InferenceSession(str(tmp_path / "x" / MODEL_NAME), opts,
+                         providers=["CPUExecutionProvider"])
+    ran = onnx.load(str(tmp_path / "ran.onnx"), load_external_data=False)  # the ops suffice
+    producer = {o: n.op_type for n in ran.graph.node for o in n.output}
+    gelus = [n for n in ran.graph.node if n.op_type == "Gelu"]
+    assert len(gelus) == 2  # LAYERS
+    assert all(producer[n.input[0]] == "DynamicQuantizeMatMul" for n in gelus), \
+        [producer[n.input[0]] for n in gelus]
