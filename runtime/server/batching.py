@@ -12,10 +12,13 @@ queue fills so the next batch is as large as the traffic allows. One refinement:
 server says no other request is on its way in (`arriving() == 0`) and none is queued, the
 batch goes at once — a lone client does not pay max_wait_ms on every request.
 
-Fairness: `submit_parts` sends a request's inputs in parts of at most max_batch_size, one at a
-time — its next part joins the BACK of the queue only once the previous one is answered. A
-request therefore waits for at most one part of each request queued ahead of it, however many
-inputs those hold, and a large request holds at most one worker at a time.
+Fairness: `submit_parts` sends a request's inputs in parts of at most `part` inputs
+(`part_size`, capped by max_batch_size), one at a time — its next part joins the BACK of the
+queue only once the previous one is answered. A request therefore waits for at most one part
+of each request queued ahead of it, however many inputs those hold, and a large request holds
+at most one worker at a time. A batch is wider than a part (128 inputs to 32 by default): it
+takes one part from each of several requests, and the pipeline sorts them all by length
+before cutting its micro-batches, so concurrent requests pad less together than apart.
 
 A bad input fails alone: `run` raises `PayloadError(position, error)` naming the payload at
 fault, which gets the error while the rest of the group runs again as one call; an InputError
@@ -52,20 +55,35 @@ MAX_WORKERS = 64   # model calls at once; each is a thread with its own onnxrunt
 
 @dataclass(frozen=True)
 class BatchConfig:
-    max_batch_size: int = 32      # inputs (not requests) per pipeline call
+    # inputs (not requests) per pipeline call. The pipeline sorts a call's inputs by length
+    # before cutting them into token-capped micro-batches, so a wider call pads less: 128 over
+    # 32 served 1.25× the texts/s at 16 clients × 8 sentences, p99 lower (BENCHMARKS.md,
+    # "Serving against infinity")
+    max_batch_size: int = 128
     max_wait_ms: float = 5.0      # how long the oldest request may wait for company
     workers: int = 1              # pipeline calls in flight at once (threads)
+    # a request's inputs are queued in parts of at most this many (the fairness unit, above):
+    # a small request beside a large one waits for one 32-input part of it, not 128
+    part_size: int = 32
 
     def __post_init__(self):
         if not 1 <= self.max_batch_size <= MAX_BATCH_SIZE:
             raise InputError(f"max batch size must be from 1 to {MAX_BATCH_SIZE}, got "
-                             f"{self.max_batch_size}", "pass e.g. --max-batch-size 32")
+                             f"{self.max_batch_size}", "pass e.g. --max-batch-size 128")
         if self.max_wait_ms < 0:
             raise InputError(f"max wait must be ≥ 0 ms, got {self.max_wait_ms}",
                              "pass --max-wait-ms 0 or more")
         if not 1 <= self.workers <= MAX_WORKERS:
             raise InputError(f"workers must be from 1 to {MAX_WORKERS}, got {self.workers}",
                              "pass e.g. --workers 2")
+        if not 1 <= self.part_size <= MAX_BATCH_SIZE:
+            raise InputError(f"part size must be from 1 to {MAX_BATCH_SIZE}, got "
+                             f"{self.part_size}", "pass e.g. --part-size 32")
+
+    @property
+    def part(self) -> int:
+        """Inputs per queued part of a request: --part-size, never wider than a batch."""
+        return min(self.part_size, self.max_batch_size)
 
 
 class PayloadError(Exception):

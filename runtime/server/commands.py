@@ -92,10 +92,16 @@ _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
               help="Address to listen on (0.0.0.0 opens it to the network).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="Port (0 = any free port, printed at start).")
-@click.option("--max-batch-size", default=32, show_default=True,
+@click.option("--max-batch-size", default=BatchConfig.max_batch_size,
               type=click.IntRange(1, MAX_BATCH_SIZE),
-              help="Most inputs merged into one model call; a request's inputs are queued "
-                   "in parts of this size, one part at a time.")
+              help="Most inputs merged into one model call, from several requests' parts "
+                   f"[default: {BatchConfig.max_batch_size}; with --engine triton, the Triton "
+                   "model's own default].")
+@click.option("--part-size", default=BatchConfig.part_size, show_default=True,
+              type=click.IntRange(1, MAX_BATCH_SIZE),
+              help="A request's inputs are queued in parts of at most this many (and of "
+                   "--max-batch-size), one part at a time: a small request beside a large "
+                   "one waits for one part of it.")
 @click.option("--max-wait-ms", default=5.0, show_default=True, type=click.FloatRange(0, 60_000),
               help="Longest a request waits for others to batch with.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, MAX_WORKERS),
@@ -140,11 +146,11 @@ _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
 @_triton_flags
 @_ray_flags
 @click.pass_context
-def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_body_bytes,
-          max_inputs, max_tokens, max_context_chars, max_answers, max_connections,
-          header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s, threads, providers,
-          name, engine, grpc_port, metrics_port, instances, triton_python, ray_address,
-          **ray_flags):
+def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, workers,
+          max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers,
+          max_connections, header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s,
+          threads, providers, name, engine, grpc_port, metrics_port, instances, triton_python,
+          ray_address, **ray_flags):
     """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
     POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
     v2 (KServe, Triton: /v2/models/NAME/infer).
@@ -161,7 +167,8 @@ def serve(ctx, model_dir, host, port, max_batch_size, max_wait_ms, workers, max_
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --engine triton", ctx)
     debug = bool((ctx.find_root().obj or {}).get("debug"))
     options = ServeOptions(
-        host=host, port=port, batch=BatchConfig(max_batch_size, max_wait_ms, workers),
+        host=host, port=port, batch=BatchConfig(max_batch_size, max_wait_ms, workers,
+                                                 part_size),
         limits=Limits(max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers),
         timeouts=Timeouts(header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s),
         max_connections=max_connections, threads=threads, providers=providers, name=name)
@@ -204,6 +211,10 @@ def _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms, th
 
     if ctx.get_parameter_source("port") is click.core.ParameterSource.DEFAULT:
         port = TritonServeOptions.port  # Triton's own 8000 (8001 gRPC, 8002 metrics)
+    if ctx.get_parameter_source("max_batch_size") is click.core.ParameterSource.DEFAULT:
+        # Triton's dynamic batcher keeps its own default: the wider call was measured on
+        # bertonnx's batcher only
+        max_batch_size = TritonServeOptions.max_batch_size
     return serve_triton(model_dir, TritonServeOptions(
         host=host, port=port, grpc_port=grpc_port, metrics_port=metrics_port, name=name,
         max_batch_size=max_batch_size, max_wait_ms=max_wait_ms, instances=instances,

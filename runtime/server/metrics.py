@@ -125,7 +125,7 @@ class Metrics:
                 ("open_connections", "gauge", "Client connections open now.",
                  [f"{p}_open_connections {self.open_connections}"]),
                 ("queue_depth", "gauge",
-                 "Requests (parts of max_batch_size) waiting to run: queued, or in the batch "
+                 "Requests (parts of --part-size inputs) waiting to run: queued, or in the batch "
                  "being formed.",
                  [f"{p}_queue_depth {queued}"]),
                 ("model_ready", "gauge", "1 once the model answers.",

@@ -5,7 +5,7 @@ A request is judged in full before it is queued: its JSON shape (`parse_request`
 and parameters by the task's own rules (`Pipeline.read_inputs`, `check_parameters`), and what
 it would cost against the server's limits (`Prepared.of`, by `Pipeline.work`). What reaches
 the batcher is a list of read inputs with checked parameters, cut in parts of at most
-max_batch_size inputs."""
+--part-size inputs (BatchConfig.part)."""
 from __future__ import annotations
 
 import json

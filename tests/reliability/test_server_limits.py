@@ -145,6 +145,7 @@ def test_the_readme_lists_every_limit_with_its_default():
                 **{flag(k): v for k, v in vars(Timeouts()).items()},
                 "--max-connections": ServeOptions.max_connections,
                 "--max-batch-size": BatchConfig.max_batch_size,
+                "--part-size": BatchConfig.part_size,
                 "--max-wait-ms": BatchConfig.max_wait_ms}
     # the click defaults are the settings' (one source of truth for both)
     options = {f"--{o.name.replace('_', '-')}": o for o in serve.params}

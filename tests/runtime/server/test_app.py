@@ -132,3 +132,27 @@ def test_input_shapes(task, inputs, ok):
         with pytest.raises(ClientError) as e:
             parse_request(task, body, None)
         assert e.value.status == 400
+
+
+@pytest.mark.parametrize("batch, calls", [
+    # defaults: parts of 32 (the fairness unit), batches up to 128 — one request alone runs
+    # part by part
+    ({}, [32, 32, 32, 4]),
+    ({"part_size": 50}, [50, 50]),
+    # a part is never wider than a batch: --max-batch-size 8 alone still means parts of 8
+    ({"max_batch_size": 8}, [8] * 12 + [4]),
+])
+def test_a_request_runs_in_parts_of_the_part_size(batch, calls):
+    from bertonnx.runtime.server import ServeOptions
+    from bertonnx.runtime.server.batching import BatchConfig
+
+    options = ServeOptions(batch=BatchConfig(**batch))
+    with TestClient(create_app("unused", options, loader=EchoPipeline)) as client:
+        wait_ready(client)
+        r = client.post("/predict", json={"inputs": [f"text {i}" for i in range(100)]})
+        assert r.status_code == 200 and len(r.json()) == 100
+        metrics = client.get("/metrics").text
+    count = float(re.search(r"^bertonnx_batch_size_count (\S+)$", metrics, re.M).group(1))
+    total = float(re.search(r"^bertonnx_batch_size_sum (\S+)$", metrics, re.M).group(1))
+    widest = float(re.search(r"^bertonnx_batch_size_max (\S+)$", metrics, re.M).group(1))
+    assert (count, total, widest) == (len(calls), 100, max(calls))

@@ -316,7 +316,7 @@ def test_replica_config_fixed_and_autoscaling():
 
     fixed = replica_config(ServeOptions(), RayOptions("auto", replicas=2))
     assert fixed["num_replicas"] == 2 and "autoscaling_config" not in fixed
-    assert fixed["max_ongoing_requests"] == 64 and fixed["ray_actor_options"] == {"num_cpus": 1.0}
+    assert fixed["max_ongoing_requests"] == 256 and fixed["ray_actor_options"] == {"num_cpus": 1.0}
     scaled = replica_config(ServeOptions(), RayOptions("auto", replicas=1, min_replicas=2,
                                                        max_replicas=4))
     assert "num_replicas" not in scaled
