@@ -250,9 +250,13 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 @click.option("--threads", type=int, help="Threads of every engine (default: usable CPUs).")
 @click.option("--fp32-only", is_flag=True, help="Leave bertonnx's int8 export out.")
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs.")
+@click.option("--mixed", is_flag=True,
+              help="Then the mixed-length workload end to end on the same model, threads and "
+                   "rounds: 512 prose sentences of 4-60 words through each engine's own "
+                   "embedding call (`python -m bertonnx.bench.retrieval --task embed`).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Also write the result here as JSON.")
-def grid_command(engines, batches, lengths, quick, fp32_only, json_path, **sizes):
+def grid_command(engines, batches, lengths, quick, fp32_only, mixed, json_path, **sizes):
     """Model-only grid: each engine's forward, batch × length, beside its accuracy."""
     import json  # the report's JSON only here
 
@@ -269,5 +273,29 @@ def grid_command(engines, batches, lengths, quick, fp32_only, json_path, **sizes
     result = grid(GridOptions(engines=chosen, precisions=("none",) if fp32_only
                               else ("none", "int8"), **kw), _say)
     click.echo(format_grid(result), nl=False)
+    if mixed:
+        from .retrieval_report import format_retrieval
+
+        result["mixed"] = _mixed_workload(None if engines == "all" else chosen, quick,
+                                          fp32_only, sizes)
+        click.echo(format_retrieval(result["mixed"]), nl=False)
     if json_path:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _mixed_workload(chosen: tuple[str, ...] | None, quick: bool, fp32_only: bool,
+                    sizes: dict):
+    """Issue 30's workload (a) beside the grid's (b): the retrieval bench's embedding task,
+    with the grid's engines (`chosen`; None: all) under their retrieval names (its `torch` is
+    sentence-transformers' torch backend there; fastembed runs only with every engine)."""
+    from .retrieval import PEERS, QUICK as RETRIEVAL_QUICK, RetrievalOptions, retrieval
+
+    peers = tuple(p for p in PEERS if chosen is None or p in chosen
+                  or (p == "st-torch" and "torch" in chosen))
+    kw = dict(RETRIEVAL_QUICK) if quick else {}
+    kw.update({k: v for k, v in (("rounds", sizes.get("rounds")),
+                                 ("threads", sizes.get("threads"))) if v is not None})
+    options = RetrievalOptions(work=sizes.get("work") or Path(".bench/retrieval"),
+                               tasks=("embed",), peers=peers, embed_model=sizes.get("model"),
+                               precisions=("none",) if fp32_only else ("none", "int8"), **kw)
+    return retrieval(options, _say)

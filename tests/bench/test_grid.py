@@ -68,3 +68,32 @@ def test_the_report_names_the_machine_and_every_engine(result):
 def test_bad_options_are_refused_in_one_line(bad, match):
     with pytest.raises(InputError, match=match):
         GridOptions(**bad)
+
+
+def test_mixed_adds_the_end_to_end_workload_to_the_grid(tiny_checkpoint, tiny_export,
+                                                        tmp_path):
+    """`--mixed`: issue 30's two workloads from one command — the grid, then the mixed-length
+    sentences through each engine's own embedding call (the retrieval bench's embed task),
+    same model and engines."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from bertonnx.bench.commands import grid_command
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny_export("feature-extraction"), work / "bertonnx-embed-fp32")
+    out = tmp_path / "grid.json"
+    res = CliRunner().invoke(grid_command, [
+        "--quick", "--mixed", "--fp32-only", "--engines", "bertonnx,torch", "--threads", "1",
+        "--work", str(work), "--model", str(tiny_checkpoint("feature-extraction")),
+        "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    assert result["cells"] and [t["task"] for t in result["mixed"]["tasks"]] == ["embed"]
+    rows = {r["engine"]: r for r in result["mixed"]["tasks"][0]["rows"]}
+    has_st = importlib.util.find_spec("sentence_transformers") is not None
+    assert set(rows) == {"bertonnx fp32"} | ({"sentence-transformers torch"} if has_st else set())
+    assert rows["bertonnx fp32"]["accuracy"]["worst"] > 0.9999
+    assert "| 1 × " in res.output and "| engine | precision |" in res.output
