@@ -274,6 +274,7 @@ def grid_command(engines, batches, lengths, quick, fp32_only, mixed, json_path, 
                               else ("none", "int8"), **kw), _say)
     click.echo(format_grid(result), nl=False)
     if mixed:
+        # the retrieval bench's report only with --mixed, as its own command imports it
         from .retrieval_report import format_retrieval
 
         result["mixed"] = _mixed_workload(None if engines == "all" else chosen, quick,
@@ -288,6 +289,7 @@ def _mixed_workload(chosen: tuple[str, ...] | None, quick: bool, fp32_only: bool
     """Issue 30's workload (a) beside the grid's (b): the retrieval bench's embedding task,
     with the grid's engines (`chosen`; None: all) under their retrieval names (its `torch` is
     sentence-transformers' torch backend there; fastembed runs only with every engine)."""
+    # the retrieval bench (its peers' modules) only with --mixed
     from .retrieval import PEERS, QUICK as RETRIEVAL_QUICK, RetrievalOptions, retrieval
 
     peers = tuple(p for p in PEERS if chosen is None or p in chosen

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..core.atomic import write_file
 from ..core.errors import BertOnnxError, ConfigError, InputError
 from ..core.pipelines import Pipeline
 from ..cli.progress import Progress
@@ -348,8 +349,10 @@ class _Pause:
         if self.done or len(nodes) < self.nodes:
             return
         self.done = True
-        (self.folder / "paused.json").write_text(json.dumps(
-            {"rows": commit.rows, "chunks": commit.chunks, "nodes": dict(nodes)}))
+        # whole or absent: the test reads it the moment it exists (a plain write_text let it
+        # read an empty file once, in CI)
+        write_file(self.folder / "paused.json", json.dumps(
+            {"rows": commit.rows, "chunks": commit.chunks, "nodes": dict(nodes)}).encode())
         deadline = time.monotonic() + PAUSE_LIMIT
         while not (self.folder / "go").exists():
             if time.monotonic() > deadline:
