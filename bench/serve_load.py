@@ -63,8 +63,13 @@ class Server:
         if not found.wait(timeout):
             self.stop()
             raise RuntimeError("server did not start:\n" + "".join(self.lines))
+        self.wait_healthy(health, timeout, lambda: "".join(self.lines))
+
+    def wait_healthy(self, health: str, timeout: float, log) -> None:
+        """Until GET url+health answers 200; stopped, with `log()` in the error, if it never
+        does within `timeout` or the process ends first."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 with urllib.request.urlopen(self.url + health, timeout=5) as r:
                     if r.status == 200:
@@ -73,7 +78,7 @@ class Server:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError("server never became healthy:\n" + "".join(self.lines))
+        raise RuntimeError(f"{self.proc.args[0]} never became healthy:\n{log()}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from bertonnx.runtime.core.ports import free_ports
 
 from .inputs import prose_sentences
 from .machine import cores, cpu_model, instruction_sets
+from .retrieval import cosines as row_cosines
 from .serve_load import Server
 
 MODEL = "bench"  # the model name in each body; each server is told to answer to it
@@ -101,17 +101,7 @@ class External(Server):
                                                    "TRANSFORMERS_OFFLINE": "1",
                                                    "DO_NOT_TRACK": "1",
                                                    "HF_HUB_CACHE": self.cache.name})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url + health, timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        log.seek(0)
-        self.stop()
-        raise RuntimeError(f"{argv[0]} never became healthy:\n{log.read()[-3000:]}")
+        self.wait_healthy(health, timeout, lambda: log.seek(0) or log.read()[-3000:])
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -151,7 +141,7 @@ def reference_embeddings(folder: str, texts: list[str]) -> np.ndarray:
 
 
 def cosines(got: np.ndarray, want: np.ndarray) -> dict:
-    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    cos = row_cosines(got, want)
     return {"cosine_mean": round(float(cos.mean()), 4), "cosine_worst": round(float(cos.min()), 4)}
 
 
@@ -212,7 +202,8 @@ def main(argv=None) -> int:
         ap.error("--infinity-run needs --infinity PYTHON (an interpreter with infinity_emb)")
     sizes = [int(s) for s in args.per_request.split(",")]
     peers = peers_from(args)
-    work = Path(tempfile.mkdtemp(prefix="serve-peers-"))
+    scratch = tempfile.TemporaryDirectory(prefix="serve-peers-")  # the bodies, removed at exit
+    work = Path(scratch.name)
     files = {}
     for size in sizes:
         files[size] = work / f"bodies-{size}.jsonl"
