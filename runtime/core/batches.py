@@ -14,11 +14,17 @@ import numpy as np
 
 from .errors import InputError
 
-# Padded tokens per session call. Past a few thousand, attention's (B, nh, T, T) scores leave
-# the cache and a batch costs more per text than smaller ones (measured: MiniLM, 192 mixed
-# tweets/passages: unbounded 8.2-8.5 s, 8192 8.0-8.1, 4096 6.3, 2048 5.7-6.2, 1024 6.1 s);
-# short texts still go 32 wide.
-MAX_BATCH_TOKENS = 2048
+# Padded tokens per session call, and the rows a call holds even past them. A call's
+# activations should stay in the cache: measured end to end on AMD Zen 4 (2 threads, calls of
+# 16 and 128 texts, medians of 3-5 rotated rounds; BENCHMARKS.md, "Micro-batch size"), 512
+# tokens against the former 2048: MiniLM int8 sentences 1.11-1.38x, passages 1.10-1.19x,
+# cross-encoder pairs 1.10-1.16x, fp32 1.08-1.25x, and 30-80 MB less peak memory. Calls of one
+# or two long rows lose more to per-call overhead than the cache gives back (MiniLM passages
+# at 384 tokens 0.85x, MPNet-base passages at 512 0.96x), so a call keeps 4 rows at any length
+# (MPNet passages then 1.06x). Earlier, on Zen 3 with calls 32 wide, the cap came from
+# unbounded 8.2-8.5 s vs 2048 5.7-6.2 s for 192 mixed texts.
+MAX_BATCH_TOKENS = 512
+MIN_BATCH_ROWS = 4
 
 
 def pad_rows(rows: Sequence, fill=0, *, width: int | None = None, dtype=np.int64) -> np.ndarray:
@@ -74,27 +80,30 @@ class Batch(Padded):
     index: np.ndarray = field(kw_only=True)  # (B,)
 
 
-def _spans(sorted_lengths: np.ndarray, batch_size: int, max_tokens: int) -> Iterator[tuple]:
-    """[lo, hi) runs of ascending lengths: ≤ batch_size rows and ≤ max_tokens padded tokens
-    (always at least one row), so long texts go in small batches and short ones in full ones."""
+def _spans(sorted_lengths: np.ndarray, batch_size: int, max_tokens: int, min_rows: int
+           ) -> Iterator[tuple]:
+    """[lo, hi) runs of ascending lengths: ≤ batch_size rows, and ≤ max_tokens padded tokens
+    unless the run is shorter than min_rows (always at least one row), so long texts go in
+    small batches and short ones in full ones."""
     lo, n = 0, len(sorted_lengths)
     while lo < n:
         hi = lo + 1
         while (hi < n and hi - lo < batch_size
-               and (hi - lo + 1) * int(sorted_lengths[hi]) <= max_tokens):
+               and (hi - lo < min_rows or (hi - lo + 1) * int(sorted_lengths[hi]) <= max_tokens)):
             hi += 1
         yield lo, hi
         lo = hi
 
 
 def micro_batches(encodings: Sequence, batch_size: int, pad_id: int,
-                  max_tokens: int = MAX_BATCH_TOKENS) -> Iterator[Batch]:
+                  max_tokens: int = MAX_BATCH_TOKENS, min_rows: int = MIN_BATCH_ROWS
+                  ) -> Iterator[Batch]:
     """Length-sorted micro-batches of `encodings` (anything with .ids and .type_ids)."""
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}", "pass a positive batch size")
     lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     order = np.argsort(lengths, kind="stable")
-    for lo, hi in _spans(lengths[order], batch_size, max_tokens):
+    for lo, hi in _spans(lengths[order], batch_size, max_tokens, min_rows):
         idx = order[lo:hi]
         p = pad_encodings([encodings[i] for i in idx], pad_id)
         yield Batch(p.input_ids, p.attention_mask, p.token_type_ids, p.lengths, index=idx)

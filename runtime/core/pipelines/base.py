@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Iterator, Mapping, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..batches import MAX_BATCH_TOKENS, Batch, micro_batches
+from ..batches import MAX_BATCH_TOKENS, MIN_BATCH_ROWS, Batch, micro_batches
 from ..bounds import check_batch_size
 from ..errors import ArtifactError, InputError
 from ..parameters import check
@@ -100,9 +100,11 @@ class Pipeline:
     input_keywords: ClassVar[tuple[str, ...]] = ()
     # the task on the Open Inference Protocol (/v2): its tensors and their conversions
     tensors: ClassVar[TaskTensors]
-    # padded tokens per session call (a task whose graph holds tokens x vocabulary floats
-    # inside, sparse-embedding's MLM logits, caps them lower)
+    # padded tokens per session call, and the rows a call keeps past them (batches.py says
+    # why; a task whose graph holds tokens x vocabulary floats inside, sparse-embedding's MLM
+    # logits, makes the token cap hard)
     batch_tokens: ClassVar[int] = MAX_BATCH_TOKENS
+    batch_rows: ClassVar[int] = MIN_BATCH_ROWS
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -357,7 +359,7 @@ class Pipeline:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         check_batch_size(size, "batch_size=32")
         for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id,
-                                   self.batch_tokens):
+                                   self.batch_tokens, self.batch_rows):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and

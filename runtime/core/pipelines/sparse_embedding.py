@@ -54,8 +54,10 @@ class SparseEmbeddingPipeline(SentenceFolderPipeline):
     tensors = TaskTensors(task, (Tensor("text", BYTES, N),),
                           (Tensor("sparse_embedding", BYTES, N),), texts, _to_tensors)
     # Padded tokens per session call. The MLM head's logits are tokens × V floats inside the
-    # graph (bert-base's vocabulary: 122 KB a token), so the cap, not the request, bounds them.
+    # graph (bert-base's vocabulary: 122 KB a token), so the cap, not the request, bounds them:
+    # a hard cap, one row past it at most.
     batch_tokens: ClassVar[int] = 512
+    batch_rows: ClassVar[int] = 1
 
     def predict(self, read: Inputs, top_k, return_tokens, prompt_name, prompt,
                 truncation_direction, batch_size):

@@ -215,14 +215,19 @@ def test_threads_and_providers_reach_the_session(tiny_export):
     assert pipe.session.providers == ["CPUExecutionProvider"]
 
 
-def test_micro_batches_respect_the_token_budget():
+@pytest.mark.parametrize("max_tokens,min_rows", [(2048, 1), (512, 4), (512, 1), (100, 3)])
+def test_micro_batches_respect_the_token_budget(max_tokens, min_rows):
     rng = np.random.default_rng(0)
     lengths = list(rng.integers(3, 512, size=300)) + [600, 3]
     encs = [SimpleNamespace(ids=[7] * n, type_ids=[0] * n) for n in lengths]
-    seen = []
-    for b in micro_batches(encs, batch_size=32, pad_id=0, max_tokens=2048):
+    seen, batches = [], list(micro_batches(encs, batch_size=32, pad_id=0,
+                                           max_tokens=max_tokens, min_rows=min_rows))
+    for b, after in zip(batches, batches[1:] + [None]):
         B, T = b.input_ids.shape
-        assert B <= 32 and (B * T <= 2048 or B == 1)   # one over-long text still runs alone
+        # over the budget only to keep min_rows (the last, longest batch may hold fewer)
+        assert B <= 32 and (B * T <= max_tokens or B <= min_rows)
         assert list(b.lengths) == [lengths[i] for i in b.index]
+        if after is not None:  # full: the next text would break a limit, or it is 32 wide
+            assert B == 32 or (B >= min_rows and (B + 1) * after.lengths[0] > max_tokens)
         seen.extend(b.index.tolist())
     assert sorted(seen) == list(range(len(lengths)))    # every input exactly once
