@@ -1,11 +1,15 @@
 """The benchmark's commands: `bertonnx bench` (one export), and the two tools behind
-BENCHMARKS.md, `python -m bertonnx.bench.compare` and `python -m bertonnx.bench.cpu_time`.
+BENCHMARKS.md, `python -m bertonnx.bench.compare` and `python -m bertonnx.bench.cpu_time` (and the
+other bench modules' `python -m` entries).
 Each maps flags onto BenchOptions (and the preset's own options) and prints a Result."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
+
+from bertonnx.runtime.core.errors import InputError
 
 from .folder import bench_folder
 from .report import format_report
@@ -301,3 +305,32 @@ def _mixed_workload(chosen: tuple[str, ...] | None, quick: bool, fp32_only: bool
                                tasks=("embed",), peers=peers, embed_model=sizes.get("model"),
                                precisions=("none",) if fp32_only else ("none", "int8"), **kw)
     return retrieval(options, _say)
+
+
+@click.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--work", "work", type=click.Choice(["sentences", "passages", "pairs"]),
+              default="sentences", show_default=True,
+              help="Prose in calls of 16 and 128 texts, or a cross-encoder's (query, 100 "
+                   "passages) calls (pairs: a text-ranking export).")
+@click.option("--caps", help="Comma list of TOKENS:ROWS, the first the baseline of the ratios "
+                             "(default: the runtime's own).")
+@click.option("--calls", default=30, show_default=True, help="Calls per round.")
+@click.option("--rounds", default=5, show_default=True, help="Timed rounds, order rotated.")
+@click.option("--threads", type=int, help="Intra-op threads (default: usable CPUs).")
+@click.option("--memory", is_flag=True, help="Also each cap's peak RSS in a fresh process.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def batch_caps_command(folder, work, caps, calls, rounds, threads, memory, as_json):
+    """The micro-batch limits end to end on an export FOLDER: texts/s per cap, round-robin."""
+    # batch_caps.py's `python -m` entry imports this module: imported here, there is no cycle
+    from .batch_caps import caps_report, format_caps, parse_caps, peak_rss_mb, throughput
+
+    try:
+        chosen = parse_caps(caps)
+    except InputError as e:
+        raise click.BadParameter(str(e), param_hint="--caps") from None
+    results = throughput(folder, work, chosen, calls=calls, rounds=rounds, threads=threads)
+    peaks = ({cap: peak_rss_mb(folder, work, cap, calls=calls, threads=threads)
+              for cap in chosen} if memory else None)
+    rep = caps_report(folder, work, results, peaks)
+    click.echo(json.dumps(rep, indent=2) if as_json else format_caps(rep))

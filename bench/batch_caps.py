@@ -1,0 +1,144 @@
+"""The micro-batch limits (padded tokens per session call, rows kept past them) end to end.
+
+    python -m bertonnx.bench.batch_caps FOLDER --work sentences --caps 2048:1,1024:4,512:4
+
+Each configuration is `TOKENS:ROWS`: a call stops at TOKENS padded tokens unless it holds
+fewer than ROWS texts (runtime/core/batches.py; the runtime's default first where no --caps
+is given). One loaded pipeline runs the same work under each configuration, round-robin with
+the order rotated each round (timing.round_robin), so background load falls on all alike;
+texts/s are medians, with each configuration's ratio to the first. `--memory` also runs each
+configuration once in a fresh process and reports its peak RSS (VmHWM): the arena keeps a
+call's high-water mark, so the cap bounds a server's memory too.
+
+The work is what a server or a bulk job hands the pipeline: `sentences` and `passages`
+(bench/inputs.py prose, in calls of 16 and 128 texts: two small calls to one large), or
+`pairs`, a cross-encoder's (query, 100 passages) calls.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from random import Random
+
+from bertonnx.runtime import load
+from bertonnx.runtime.core.batches import MAX_BATCH_TOKENS, MIN_BATCH_ROWS
+from bertonnx.runtime.core.errors import InputError
+
+from .inputs import prose_passages, prose_sentences
+from .machine import cpu_model, instruction_sets
+from .runner import quiet_logs
+from .timing import round_robin
+
+WORKS = ("sentences", "passages", "pairs")
+
+
+@dataclass(frozen=True)
+class Cap:
+    tokens: int
+    rows: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.tokens} tokens, ≥ {self.rows} rows"
+
+
+def parse_caps(text: str | None) -> list[Cap]:
+    """"2048:1,512:4" -> caps; none given: the runtime's default alone."""
+    if not text:
+        return [Cap(MAX_BATCH_TOKENS, MIN_BATCH_ROWS)]
+    caps = []
+    for part in text.split(","):
+        tokens, _, rows = part.strip().partition(":")
+        try:
+            cap = Cap(int(tokens), int(rows or 1))
+        except ValueError:
+            raise InputError(f"--caps wants TOKENS:ROWS pairs, got {part!r}",
+                             "e.g. --caps 2048:1,512:4") from None
+        if cap.tokens < 1 or cap.rows < 1:
+            raise InputError(f"--caps: {part!r} is not positive", "e.g. --caps 2048:1,512:4")
+        caps.append(cap)
+    return caps
+
+
+def workload(pipe, work: str, calls: int, seed: int = 0):
+    """(one call of the work, texts it handles): the calls are drawn once, the same for all."""
+    rng = Random(seed)
+    if work == "pairs":
+        docs, queries = prose_passages(100), prose_sentences(max(1, calls // 10), 6, 16)
+        return (lambda: [pipe(q, docs, top_k=None) for q in queries]), len(queries) * len(docs)
+    texts = prose_sentences(512) if work == "sentences" else prose_passages(512)
+    batches = [rng.sample(texts, 16 if i % 3 else 128) for i in range(calls)]
+    return (lambda: [pipe(b) for b in batches]), sum(map(len, batches))
+
+
+def _configured(pipe, cap: Cap, run):
+    def call():
+        pipe.batch_tokens, pipe.batch_rows = cap.tokens, cap.rows
+        with quiet_logs():  # passages past the model's length are truncated on purpose
+            run()
+    return call
+
+
+def throughput(folder: Path, work: str, caps: list[Cap], *, calls: int = 30, rounds: int = 5,
+               threads: int | None = None) -> dict[Cap, list[float]]:
+    """texts (pairs) per second of each cap, one value per round."""
+    pipe = load(folder, threads=threads)
+    run, count = workload(pipe, work, calls)
+    fns = {cap: _configured(pipe, cap, run) for cap in caps}
+    times = round_robin(fns, rounds, warmup=1, rotate=True)
+    return {cap: [count / t for t in ts] for cap, ts in times.items()}
+
+
+def _peak_child(folder, work, cap, calls, threads, out):
+    pipe = load(folder, threads=threads)
+    run, _ = workload(pipe, work, calls)
+    _configured(pipe, cap, run)()
+    with open("/proc/self/status") as f:
+        out.put(next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM")))
+
+
+def peak_rss_mb(folder: Path, work: str, cap: Cap, *, calls: int = 30,
+                threads: int | None = None) -> int:
+    """Peak RSS (MiB) of a fresh process that loads the folder and runs the work once."""
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited
+    out = ctx.Queue()
+    child = ctx.Process(target=_peak_child, args=(folder, work, cap, calls, threads, out))
+    child.start()
+    try:
+        return out.get(timeout=600)
+    finally:
+        child.join(timeout=30)
+
+
+def caps_report(folder: Path, work: str, results: dict[Cap, list[float]],
+           peaks: dict[Cap, int] | None = None) -> dict:
+    base = statistics.median(next(iter(results.values())))
+    rows = []
+    for cap, values in results.items():
+        median = statistics.median(values)
+        rows.append({"tokens": cap.tokens, "rows": cap.rows, "per_s": median,
+                     "min": min(values), "max": max(values), "ratio": median / base,
+                     "peak_rss_mb": (peaks or {}).get(cap)})
+    return {"folder": str(folder), "work": work, "cpu": cpu_model(),
+            "instruction_sets": instruction_sets(), "results": rows}
+
+
+def format_caps(rep: dict) -> str:
+    unit = "pairs/s" if rep["work"] == "pairs" else "texts/s"
+    lines = [f"{rep['folder']}, {rep['work']}; CPU: {rep['cpu']} "
+             f"({' '.join(rep['instruction_sets'])})",
+             f"| cap | {unit} (median) | min–max | × the first | peak RSS MB |",
+             "|---|---|---|---|---|"]
+    for r in rep["results"]:
+        peak = "—" if r["peak_rss_mb"] is None else str(r["peak_rss_mb"])
+        lines.append(f"| {r['tokens']} tokens, ≥ {r['rows']} rows | {r['per_s']:.1f} | "
+                     f"{r['min']:.1f}–{r['max']:.1f} | {r['ratio']:.2f} | {peak} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # `python -m bertonnx.bench.batch_caps`: its flags live in commands.py
+    from .commands import batch_caps_command
+
+    batch_caps_command.main(prog_name="python -m bertonnx.bench.batch_caps")
