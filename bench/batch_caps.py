@@ -17,6 +17,7 @@ The work is what a server or a bulk job hands the pipeline: `sentences` and `pas
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,8 @@ def parse_caps(text: str | None) -> list[Cap]:
                              "e.g. --caps 2048:1,512:4") from None
         if cap.tokens < 1 or cap.rows < 1:
             raise InputError(f"--caps: {part!r} is not positive", "e.g. --caps 2048:1,512:4")
+        if cap in caps:
+            raise InputError(f"--caps names {part.strip()!r} twice", "name each TOKENS:ROWS once")
         caps.append(cap)
     return caps
 
@@ -107,7 +110,13 @@ def peak_rss_mb(folder: Path, work: str, cap: Cap, *, calls: int = 30,
     child = ctx.Process(target=_peak_child, args=(folder, work, cap, calls, threads, out))
     child.start()
     try:
-        return out.get(timeout=600)
+        while True:  # until the child answers, or has ended without an answer
+            try:
+                return out.get(timeout=1)
+            except queue.Empty:
+                if not child.is_alive():
+                    raise RuntimeError(f"the peak-memory process for {cap.label} ended with "
+                                       f"exit code {child.exitcode} before it answered") from None
     finally:
         child.join(timeout=30)
 

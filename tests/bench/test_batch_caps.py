@@ -9,7 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from bertonnx.bench.batch_caps import Cap, _configured, parse_caps, throughput, workload
+from bertonnx.bench.batch_caps import (Cap, _configured, parse_caps, peak_rss_mb, throughput,
+                                       workload)
 from bertonnx.bench.commands import batch_caps_command
 from bertonnx.runtime import load
 from bertonnx.runtime.core.batches import MAX_BATCH_TOKENS, MIN_BATCH_ROWS
@@ -52,9 +53,14 @@ def test_every_cap_is_timed_every_round(tiny_export):
 def test_caps_parse_and_refuse():
     assert parse_caps(None) == [Cap(MAX_BATCH_TOKENS, MIN_BATCH_ROWS)]
     assert parse_caps("2048:1, 512:4,256") == [Cap(2048, 1), Cap(512, 4), Cap(256, 1)]
-    for bad in ("x:1", "512:0", "-3"):
+    for bad in ("x:1", "512:0", "-3", "512:4,512:4"):
         with pytest.raises(InputError, match="--caps"):
             parse_caps(bad)
+
+
+def test_a_peak_process_that_dies_is_an_error_not_a_wait(tmp_path):
+    with pytest.raises(RuntimeError, match="ended with exit code 1"):
+        peak_rss_mb(tmp_path / "no-export", "sentences", Cap(512, 4))
 
 
 def test_the_command_prints_ratios_and_peaks(tiny_export):
