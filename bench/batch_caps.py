@@ -32,9 +32,6 @@ from .machine import cpu_model, instruction_sets
 from .runner import quiet_logs
 from .timing import round_robin
 
-WORKS = ("sentences", "passages", "pairs")
-
-
 @dataclass(frozen=True)
 class Cap:
     tokens: int
@@ -122,7 +119,7 @@ def peak_rss_mb(folder: Path, work: str, cap: Cap, *, calls: int = 30,
 
 
 def caps_report(folder: Path, work: str, results: dict[Cap, list[float]],
-           peaks: dict[Cap, int] | None = None) -> dict:
+                peaks: dict[Cap, int] | None = None) -> dict:
     base = statistics.median(next(iter(results.values())))
     rows = []
     for cap, values in results.items():

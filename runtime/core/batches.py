@@ -15,14 +15,13 @@ import numpy as np
 from .errors import InputError
 
 # Padded tokens per session call, and the rows a call holds even past them. A call's
-# activations should stay in the cache: measured end to end on AMD Zen 4 (2 threads, calls of
-# 16 and 128 texts, medians of 3-5 rotated rounds; BENCHMARKS.md, "Micro-batch size"), 512
-# tokens against the former 2048: MiniLM int8 sentences 1.11-1.38x, passages 1.10-1.19x,
-# cross-encoder pairs 1.10-1.16x, fp32 1.08-1.25x, and 30-80 MB less peak memory. Calls of one
-# or two long rows lose more to per-call overhead than the cache gives back (MiniLM passages
-# at 384 tokens 0.85x, MPNet-base passages at 512 0.96x), so a call keeps 4 rows at any length
-# (MPNet passages then 1.06x). Earlier, on Zen 3 with calls 32 wide, the cap came from
-# unbounded 8.2-8.5 s vs 2048 5.7-6.2 s for 192 mixed texts.
+# activations should stay in the cache: on AMD Zen 4 (2 threads; `python -m
+# bertonnx.bench.batch_caps`, BENCHMARKS.md "Micro-batch size") 512 tokens against the former
+# 2048 gave MiniLM int8 sentences 1.30x, fp32 1.18x, passages and cross-encoder pairs
+# 1.02-1.04x, MPNet-base passages 1.04x, and 13-73 MB less peak memory. Calls of one or two
+# long rows lose to per-call overhead what the cache gives back (MPNet passages at 512 with no
+# row floor 0.99x), so a call keeps 4 rows at any length. Earlier, on Zen 3 with calls 32
+# wide, the 2048 cap came from unbounded 8.2-8.5 s vs 2048 5.7-6.2 s for 192 mixed texts.
 MAX_BATCH_TOKENS = 512
 MIN_BATCH_ROWS = 4
 
