@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core.tensors import hidden_size
-from .protocol import Parsed
+from .protocol import Parsed, json_bytes
 from .wire import ANY_METHOD, Call, FieldError, Wire
 
 TASK = "feature-extraction"
@@ -123,7 +123,7 @@ class EmbeddingsWire(Wire):
                 for i, vector in enumerate(answer)]
         body = {"object": "list", "data": data, "model": model,
                 "usage": {"prompt_tokens": work.tokens, "total_tokens": work.tokens}}
-        return Response(json.dumps(body).encode(), 200, media_type="application/json")
+        return Response(json_bytes(body), 200, media_type="application/json")
 
     def error(self, status, message, kind, headers=None, parameter=None):
         # the pipeline's own InputErrors (an empty text) are about the input

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import orjson
 
 from ..core.tasks import TASKS, pipeline_class
 
@@ -31,6 +32,15 @@ class ClientError(Exception):
                  headers: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.kind, self.headers = status, message, kind, headers
+
+
+def json_bytes(value, default=None) -> bytes:
+    """An answer as JSON, by orjson: 18× json.dumps on an embedding (384 floats: 9 vs 164 µs),
+    which at one text per request was a fifth of the event loop's busy time. The same numbers:
+    floats are Python floats, written in their shortest round-trip form by either (orjson
+    writes 1e-5 where json writes 1e-05; both read back as the same double). Keys that are
+    not strings become strings, as json.dumps makes them."""
+    return orjson.dumps(value, default=default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def error_body(message: str, kind: str) -> bytes:

@@ -40,7 +40,7 @@ from ..core.postprocess import l2_normalize
 from ..core.tasks import DIRECTIONS, TASKS
 from ..core.tensors import hidden_size
 from .endpoints import Endpoint, check_served
-from .protocol import Parsed
+from .protocol import Parsed, json_bytes
 from .settings import flag
 from .wire import Call, FieldError, Wire
 
@@ -290,8 +290,7 @@ def simple_tokens(encoding, text: str) -> list[dict]:
 
 def respond_json(value) -> Response:
     """A 200 JSON answer (TEI's are bare arrays and objects)."""
-    return Response(json.dumps(value, ensure_ascii=False).encode(), 200,
-                    media_type="application/json")
+    return Response(json_bytes(value), 200, media_type="application/json")
 
 
 # -- GET /info -------------------------------------------------------------------------------

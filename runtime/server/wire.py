@@ -16,14 +16,13 @@ so a request merged into a batch with requests of another protocol gets the same
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
 
 from ..core.tensors import jsonable
-from .protocol import ClientError, Parsed, error_body, parse_request
+from .protocol import ClientError, Parsed, error_body, json_bytes, parse_request
 
 
 # a catch-all route's methods: an unknown path is a 404 whatever the method
@@ -72,8 +71,7 @@ class Wire:
     def respond(self, answer, call: Call, work):
         """The HTTP response for the pipeline's answer (`work`: what the call cost, its
         tokens, as protocol.Prepared.price counted them)."""
-        body = json.dumps(answer, default=jsonable, ensure_ascii=False).encode()
-        return Response(body, 200, media_type="application/json")
+        return Response(json_bytes(answer, jsonable), 200, media_type="application/json")
 
     def error(self, status: int, message: str, kind: str, headers: dict | None = None,
               parameter: str | None = None):
