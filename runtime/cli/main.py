@@ -27,7 +27,8 @@ class Command:
 
 
 # Each extra's packages, probed with find_spec on top-level names (which imports nothing).
-EXTRAS = {"torch": ("torch", "safetensors", "onnx"), "serve": ("starlette", "uvicorn")}
+EXTRAS = {"torch": ("torch", "safetensors", "onnx"),
+          "serve": ("starlette", "uvicorn", "orjson")}
 
 COMMANDS = {
     "demo": Command("bertonnx.export.commands:demo",
