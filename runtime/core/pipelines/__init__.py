@@ -17,7 +17,8 @@ from ..foreign import check_inputs, warn_unverified
 from ..session import create_session
 from ..tasks import TASK_ALIASES, TASKS, pipeline_class
 from ..untrained import warn_untrained_head
-from .base import DEFAULT_BATCH_SIZE, Pipeline, Windows
+from .base import DEFAULT_BATCH_SIZE, Pipeline
+from .windows import Windows
 from .folder import ExportFolder
 from .inputs import Inputs, QAInput, TextPair
 

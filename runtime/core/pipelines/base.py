@@ -38,6 +38,8 @@ from ..tasks import TASKS, Task
 from ..tensors import TaskTensors
 from .folder import ExportFolder
 from .inputs import Inputs, read_texts
+from .priced import PricedEncodings
+from .windows import Windows
 
 log = logging.getLogger("bertonnx")
 
@@ -58,34 +60,6 @@ class Work:
 
     tokens: int
     answers: int = 0
-
-
-@dataclass
-class Windows:
-    """Every window of every input, inputs in order: a long input becomes several overlapping
-    windows (the tokenizers library's overflow), each knowing its input and its place."""
-
-    encodings: list          # (W,) tokenizers Encodings
-    owner: np.ndarray        # (W,) index of the input each window belongs to
-    part: np.ndarray         # (W,) the window's place in its input (0 = first)
-    n_inputs: int
-
-    @classmethod
-    def of(cls, encodings: list) -> "Windows":
-        """The windows of encodings made with overflow (`[e, *e.overflowing]` each)."""
-        windows, owner, part = [], [], []
-        for i, e in enumerate(encodings):
-            for j, w in enumerate([e, *e.overflowing]):
-                windows.append(w)
-                owner.append(i)
-                part.append(j)
-        return cls(windows, np.asarray(owner, dtype=np.int64), np.asarray(part, dtype=np.int64),
-                   len(encodings))
-
-    def per_input(self, values: list) -> list[list]:
-        """Per-window values grouped by input: one list per input, windows in order."""
-        bounds = np.searchsorted(self.owner, np.arange(self.n_inputs + 1))
-        return [values[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 class Pipeline:
@@ -127,6 +101,7 @@ class Pipeline:
         self._backends: OrderedDict[tuple, Tokenizer] = OrderedDict()  # LRU, BACKEND_CACHE
         self._backend_json: str | None = None   # the tokenizer serialized once, for copies
         self._lock = threading.Lock()
+        self._priced = PricedEncodings()   # what `work` tokenized, for the call that runs it
         self._cleanup = folder.tokenizer.clean_up_tokenization_spaces  # as transformers decodes
         self._token_types = "token_type_ids" in folder.tokenizer.model_input_names
         # what a call leaves out: the record's defaults, over them the export's own (recorded
@@ -238,8 +213,10 @@ class Pipeline:
 
     def work(self, inputs: Inputs, **params) -> Work:
         """What `self(inputs, **params)` would cost (see `Work`), without running the model;
-        raises the InputError that call would raise for a bad input."""
-        return self.estimate(inputs, **self.complete(params))
+        raises the InputError that call would raise for a bad input. Its encodings are kept
+        for that call (priced.py)."""
+        with self._priced.pricing():
+            return self.estimate(inputs, **self.complete(params))
 
     def estimate(self, inputs: Inputs, **params) -> Work:
         """`work` with every parameter given. Here: each text's tokens, truncated to the
@@ -289,9 +266,13 @@ class Pipeline:
         if pairs is not None and all(p is None for p in pairs):
             pairs = None
         if pairs is None or all(p is not None for p in pairs):
-            batch = ([self._part(t, direction) for t in texts] if pairs is None
-                     else list(zip(texts, pairs)))
-            encs = self.backend(self.max_length, direction=direction).encode_batch(batch)
+            backend, cut = self.backend(self.max_length, direction=direction), self.max_length
+            encs = self._priced.through(
+                [(cut, direction, t, None if pairs is None else pairs[i])
+                 for i, t in enumerate(texts)],
+                lambda at: backend.encode_batch([self._part(texts[i], direction) for i in at]
+                                                if pairs is None else
+                                                [(texts[i], pairs[i]) for i in at]))
         else:
             encs = [None] * len(texts)
             single = [i for i, p in enumerate(pairs) if p is None]

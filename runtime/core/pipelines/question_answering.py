@@ -35,7 +35,8 @@ from ..postprocess import (
     word_char_spans,
 )
 from ..tensors import BYTES, FP32, INT64, N, TaskTensors, Tensor, column
-from .base import Pipeline, Windows, Work, row_field, unpadded
+from .base import Pipeline, Work, row_field, unpadded
+from .windows import Windows
 from .inputs import Inputs, QAInput, check_text
 
 

@@ -1,0 +1,85 @@
+"""Encodings made to price a call, handed to the call that runs it: one tokenization, not two.
+
+The server prices each request before it queues it (`Pipeline.work`: its tokens against the
+limits), which tokenizes every input; the pipeline call that later runs the request tokenized
+them all again. At one short text per request that second pass was a seventh of the event
+loop's busy time on a compute-bound server (BENCHMARKS.md, "Serving"). Now `work` keeps what it
+makes, and `encode` takes an input's encoding from here when the same input under the same
+truncation was priced: the same tokenizer copy made it from the same text, so it is the
+encoding the call would make.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Callable, Hashable, Sequence
+
+# tokens held at once, oldest dropped first: what a server has priced and not yet run (a
+# request refused after pricing, or whose client went away, leaves its encodings to age out).
+# An encoding costs ~100 bytes a token, so at most a few MB; a server's queue holds far less.
+HANDOFF_TOKENS = 65_536
+
+
+class PricedEncodings:
+    """Encodings by key (truncation setting, text, pair), each taken once, by the first call
+    that asks for its key; at most `limit` tokens kept."""
+
+    def __init__(self, limit: int = HANDOFF_TOKENS):
+        self.limit = limit
+        self._kept: OrderedDict[Hashable, object] = OrderedDict()
+        self._tokens = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()   # pricing is per thread: a call running beside takes
+
+    @contextmanager
+    def pricing(self):
+        """Within it, on this thread, what `through` makes is kept for the call to come."""
+        self._local.on = True
+        try:
+            yield
+        finally:
+            self._local.on = False
+
+    def through(self, keys: Sequence[Hashable], make: Callable[[list[int]], list]) -> list:
+        """The encodings for `keys`: `make(indices)` encodes those at `indices`. While pricing,
+        all are made and kept; else each kept one is taken and only the rest are made."""
+        if getattr(self._local, "on", False):
+            encs = make(list(range(len(keys))))
+            self._keep(keys, encs)
+            return encs
+        encs = self._take(keys) if self._kept else [None] * len(keys)
+        missing = [i for i, e in enumerate(encs) if e is None]
+        if missing:
+            for i, e in zip(missing, make(missing)):
+                encs[i] = e
+        return encs
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
+    def _keep(self, keys, encs) -> None:
+        with self._lock:
+            for key, enc in zip(keys, encs):
+                old = self._kept.pop(key, None)
+                if old is not None:
+                    self._tokens -= len(old.ids)
+                self._kept[key] = enc
+                self._tokens += len(enc.ids)
+            while self._tokens > self.limit:
+                _, dropped = self._kept.popitem(last=False)
+                self._tokens -= len(dropped.ids)
+
+    def _take(self, keys) -> list:
+        with self._lock:
+            out = []
+            for key in keys:
+                enc = self._kept.pop(key, None)
+                if enc is not None:
+                    self._tokens -= len(enc.ids)
+                out.append(enc)
+            return out
