@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -332,6 +333,21 @@ def test_cpu_time_script_smoke(cls_export):
     assert len(rows) == 2 and "×" in rows[0]
     assert rows[0].split()[1] == "fp32"  # the graph's precision picks the peak it is read against
     float(rows[0].split()[2])  # CPU ms of a forward: a number (its value is a timing, not tested)
+
+
+def test_cpu_time_profiles_a_peer_graph_beside_no_config(cls_export, tmp_path):
+    """A peer's graph (sentence-transformers' onnx/ subfolder) has no config.json beside it:
+    its profile reads the first graph's, as its FLOP count does."""
+    bare = tmp_path / "onnx"
+    bare.mkdir()
+    for f in cls_export.glob("model.onnx*"):
+        shutil.copy(f, bare / f.name)
+    graph = cls_export / "model.onnx"
+    out = subprocess.run([sys.executable, "-m", "bertonnx.bench.cpu_time", str(graph),
+                          str(bare / "model.onnx"), "--batch", "2", "--seq", "8", "--repeats",
+                          "2", "--profile"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("per op type:") == 2
 
 
 def test_op_profile_names_the_graphs_op_types(cls_export):
