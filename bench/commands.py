@@ -155,11 +155,11 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
     # cpu_time.py's `python -m` entry imports this module: imported here, there is no cycle
     from .cpu_time import cpu_times, format_cpu_times, format_op_profile, op_profile
 
+    # one config for every graph, timings and profiles alike: a peer's graph may sit in a
+    # folder with no config.json of its own (sentence-transformers' onnx/ subfolder)
+    config = config or Path(graphs[0]).parent / "config.json"
     click.echo(format_cpu_times(cpu_times(list(graphs), batch=batch, seq=seq, repeats=repeats,
                                           config=config)))
-    # every graph's profile on the same vocabulary: a peer's graph may sit in a folder with
-    # no config.json of its own (sentence-transformers' onnx/ subfolder)
-    config = config or Path(graphs[0]).parent / "config.json"
     for g in graphs if profile else ():
         click.echo(format_op_profile(op_profile(g, batch=batch, seq=seq, runs=repeats,
                                                 config=config)))

@@ -54,7 +54,7 @@ def bulk(capsys, *argv) -> tuple[int, str, str]:
     return rc, out, err
 
 
-CLI = "import sys; from bertonnx.runtime.cli import main; sys.exit(main(sys.argv[1:]))"
+BERTONNX = [sys.executable, "-m", "bertonnx.runtime.cli"]  # the `bertonnx` command
 # a line of Ray's C++ core worker log, which the driver process writes to its stderr
 RAY_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [DIWEF] \d+ \d+\] ")
 
@@ -65,7 +65,7 @@ def ray_bulk(*argv) -> tuple[int, str, str]:
     touches its core worker after ray.shutdown() ends the process at once with status 1 (Ray's
     QuickExit, seen once in CI) — here that ends one driver and the test says so; in pytest's
     process it ended the whole run without a word."""
-    got = subprocess.run([sys.executable, "-c", CLI, "run", *map(str, argv)], timeout=300,
+    got = subprocess.run([*BERTONNX, "run", *map(str, argv)], timeout=300,
                          capture_output=True, text=True, env={**os.environ, **ENV})
     ours = "".join(x for x in got.stderr.splitlines(True) if not RAY_LOG.match(x))
     return got.returncode, got.stdout, ours
@@ -284,7 +284,7 @@ def test_ray_resumes_a_killed_local_run(cluster, ray_env, capsys, tiny_export, t
     assert rc == 0, err
     argv = ["run", export, "--input", src, "--output", tmp_path / "o.jsonl", "--chunk-size",
             "64", "--no-progress", "--max-errors", "100"]
-    killed = subprocess.run([sys.executable, "-c", CLI, *map(str, argv)], timeout=120,
+    killed = subprocess.run([*BERTONNX, *map(str, argv)], timeout=120,
                             env={**os.environ, CRASH_ENV: "2"}, capture_output=True)
     assert killed.returncode == -9
     rc, out, err = ray_bulk(*argv[1:], "--resume", "--ray", cluster.address, "--actors", "2")
@@ -343,7 +343,7 @@ def test_a_worker_node_lost_mid_job_loses_and_doubles_nothing(cluster, tiny_expo
     hook = tmp_path / "hook"
     hook.mkdir()
     driver = subprocess.Popen(
-        [sys.executable, "-c", CLI, "run", export, *map(str, flags), "--output",
+        [*BERTONNX, "run", export, *map(str, flags), "--output",
          str(tmp_path / "o.jsonl"), "--ray", cluster.address, "--actors", "2"],
         stdout=subprocess.PIPE, stderr=open(tmp_path / "driver.err", "wb"),
         env={**os.environ, **ENV, PAUSE_ENV: f"2:{hook}"})
