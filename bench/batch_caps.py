@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from random import Random
@@ -145,6 +146,8 @@ def format_caps(rep: dict) -> str:
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.batch_caps`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import batch_caps_command
 
-    batch_caps_command.main(prog_name="python -m bertonnx.bench.batch_caps")
+    sys.exit(run_click(batch_caps_command, prog_name="python -m bertonnx.bench.batch_caps"))

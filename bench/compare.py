@@ -218,6 +218,8 @@ def targets(r: Result) -> dict:
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.compare`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import compare_command
 
-    sys.exit(compare_command.main(prog_name="python -m bertonnx.bench.compare"))
+    sys.exit(run_click(compare_command, prog_name="python -m bertonnx.bench.compare"))

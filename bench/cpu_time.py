@@ -12,6 +12,7 @@ fusion); wall-clock, multi-thread figures come from `python -m bertonnx.bench.co
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -120,6 +121,8 @@ def format_cpu_times(r: dict) -> str:
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.cpu_time`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import cpu_time_command
 
-    cpu_time_command.main(prog_name="python -m bertonnx.bench.cpu_time")
+    sys.exit(run_click(cpu_time_command, prog_name="python -m bertonnx.bench.cpu_time"))

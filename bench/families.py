@@ -203,6 +203,8 @@ def table_rows(result) -> list[dict]:
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.families`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import families_command
 
-    sys.exit(families_command.main(prog_name="python -m bertonnx.bench.families"))
+    sys.exit(run_click(families_command, prog_name="python -m bertonnx.bench.families"))

@@ -280,6 +280,8 @@ def grid(options: GridOptions, say: Callable[[str], None] = lambda m: None) -> d
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.grid`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import grid_command
 
-    sys.exit(grid_command.main(prog_name="python -m bertonnx.bench.grid"))
+    sys.exit(run_click(grid_command, prog_name="python -m bertonnx.bench.grid"))

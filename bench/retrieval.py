@@ -355,6 +355,8 @@ def peer_versions() -> dict[str, str]:
 
 
 if __name__ == "__main__":  # `python -m bertonnx.bench.retrieval`: its flags live in commands.py
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import retrieval_command
 
-    sys.exit(retrieval_command.main(prog_name="python -m bertonnx.bench.retrieval"))
+    sys.exit(run_click(retrieval_command, prog_name="python -m bertonnx.bench.retrieval"))

@@ -66,6 +66,8 @@ def format_peak_memory(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":  # its flags live in commands.py, as every bench command's
+    from bertonnx.runtime.cli.main import run_click
+
     from .commands import retrieval_memory_command
 
-    sys.exit(retrieval_memory_command.main(prog_name="python -m bertonnx.bench.retrieval_memory"))
+    sys.exit(run_click(retrieval_memory_command, prog_name="python -m bertonnx.bench.retrieval_memory"))

@@ -129,9 +129,15 @@ def _one_line(msg: str) -> str:
 
 
 def main(argv=None) -> int:
+    return run_click(cli, argv, "bertonnx")
+
+
+def run_click(command: click.Command, argv=None, prog_name: str = "bertonnx") -> int:
+    """Run a click command as `bertonnx` runs: a user's mistake is one line on stderr and an exit
+    code, never a traceback (the bench's `python -m` entries run through here too)."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        rv = cli.main(args=argv, standalone_mode=False, prog_name="bertonnx")
+        rv = command.main(args=argv, standalone_mode=False, prog_name=prog_name)
     except BertOnnxError as e:
         if debug:
             raise
