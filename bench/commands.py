@@ -173,7 +173,7 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
               help="A task to run (repeatable; default: all three).")
 @click.option("--peers", default="all", show_default=True,
               help="Comma list of peers: st-torch, st-onnx, st-onnx-o3, st-onnx-int8, "
-                   "st-openvino, ctranslate2, fastembed; 'all' or 'none'.")
+                   "st-openvino, st-openvino-f32, ctranslate2, fastembed; 'all' or 'none'.")
 @click.option("--texts", type=int, help="Sentences to embed (default 512).")
 @click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
 @click.option("--queries", type=int, help="Rerank queries, one call each (default 3).")
@@ -196,11 +196,10 @@ def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
     import json  # the report's JSON only here
 
     # retrieval.py's `python -m` entry imports this module: imported here, there is no cycle
-    from .retrieval import PEERS, QUICK, RetrievalOptions, retrieval
+    from .retrieval import QUICK, RetrievalOptions, chosen_peers, retrieval
     from .retrieval_report import format_retrieval
 
-    chosen = {"all": PEERS, "none": ()}.get(peers) or tuple(
-        p.strip() for p in peers.split(",") if p.strip())
+    chosen = chosen_peers(peers)
     kw = dict(QUICK) if quick else {}
     kw.update({k: v for k, v in sizes.items() if v is not None})
     options = RetrievalOptions(work=work, peers=chosen, fresh=kw.pop("fresh", False),

@@ -92,8 +92,10 @@ def sparse_rows(embeddings: list, vocab: int) -> np.ndarray:
 
 # -- sentence-transformers -----------------------------------------------------------------
 
-def st_model(kind: str, folder: Path, backend: str, threads: int, file_name: str | None = None):
-    """A sentence-transformers model of the task's class on `backend`, `threads` intra-op."""
+def st_model(kind: str, folder: Path, backend: str, threads: int, file_name: str | None = None,
+             openvino_hint: str | None = None):
+    """A sentence-transformers model of the task's class on `backend`, `threads` intra-op;
+    `openvino_hint`: OpenVINO's INFERENCE_PRECISION_HINT (None: its default for this CPU)."""
     # bench-only dependency: imported when its engine is made
     import sentence_transformers
 
@@ -110,7 +112,9 @@ def st_model(kind: str, folder: Path, backend: str, threads: int, file_name: str
         so.enable_cpu_mem_arena = kind != "sparse"
         kwargs = {"provider": "CPUExecutionProvider", "session_options": so}
     elif backend == "openvino":
-        kwargs = {"ov_config": {"INFERENCE_NUM_THREADS": threads}}
+        kwargs = {"ov_config": {"INFERENCE_NUM_THREADS": threads,
+                                **({"INFERENCE_PRECISION_HINT": openvino_hint}
+                                   if openvino_hint else {})}}
     if file_name:
         kwargs["file_name"] = file_name
     return cls(str(folder), backend=backend, device="cpu", model_kwargs=kwargs or None)
@@ -155,10 +159,14 @@ ST_VARIANTS = {
     "st-onnx-int8": (f"onnx int8 ({int8_config()})", "onnx", f"model_qint8_{int8_config()}.onnx",
                      "int8"),
     "st-openvino": ("openvino", "openvino", None, "openvino"),
+    # what OpenVINO runs on a CPU without bf16 instructions (Zen 3, older Xeons), here
+    "st-openvino-f32": ("openvino f32", "openvino", None, "fp32"),
 }
+OPENVINO_HINTS = {"st-openvino-f32": "f32"}
 ST_FILES = {k: v[2] for k, v in ST_VARIANTS.items()}
 NEEDS = {"st-torch": None, "st-onnx": "optimum.onnxruntime", "st-onnx-o3": "optimum.onnxruntime",
-         "st-onnx-int8": "optimum.onnxruntime", "st-openvino": "optimum.intel"}
+         "st-onnx-int8": "optimum.onnxruntime", "st-openvino": "optimum.intel",
+         "st-openvino-f32": "optimum.intel"}
 
 
 def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
@@ -170,7 +178,8 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
     skipped, ready = [], []
     for key in keys:
         if NEEDS[key] and (why := _missing(NEEDS[key])):
-            hint = ' (pip install "optimum-intel[openvino]")' if key == "st-openvino" else ""
+            hint = (' (pip install "optimum-intel[openvino]")' if NEEDS[key] == "optimum.intel"
+                    else "")
             skipped.append(Skipped(f"{ST} {ST_VARIANTS[key][0]}", why + hint))
         else:
             ready.append(key)
@@ -180,14 +189,17 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
         label, backend, file_name, precision = ST_VARIANTS[key]
         folder = source if backend == "torch" else folders[backend]
         model = st_model(kind, folder, backend, threads,
-                         f"onnx/{file_name}" if backend == "onnx" else None)
+                         f"onnx/{file_name}" if backend == "onnx" else None,
+                         OPENVINO_HINTS.get(key))
         facts = {}
         if backend == "torch":
             auto = model[0].auto_model
             n = best_torch_threads(auto, threads, auto.config.vocab_size)
             facts = {"torch_threads": f"torch threads {n}"}
         elif backend == "openvino":
-            precision = f"{openvino_precision(model)} (OpenVINO's default here)"
+            runs = openvino_precision(model)
+            precision = (f"{runs} (hint {OPENVINO_HINTS[key]})" if key in OPENVINO_HINTS
+                         else f"{runs} (OpenVINO's default here)")
         call, answer = st_call(kind, model)
         engines.append(Engine(f"{ST} {label}", e2e=call, answer=answer, precision=precision,
                               facts=facts))

@@ -81,6 +81,12 @@ class RetrievalOptions:
                              f"tasks: {', '.join(KINDS)}; peers: {', '.join(PEERS)}")
 
 
+def chosen_peers(text: str) -> tuple[str, ...]:
+    """`--peers`: 'all', 'none' (bertonnx alone) or a comma list (checked by RetrievalOptions)."""
+    named = {"all": PEERS, "none": ()}
+    return named[text] if text in named else tuple(p.strip() for p in text.split(",") if p.strip())
+
+
 QUICK = dict(texts=8, passages=4, queries=2, documents=4, rounds=2)
 
 

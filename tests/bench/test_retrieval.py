@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from bertonnx.bench import timing
-from bertonnx.bench.retrieval import RetrievalOptions, cosines, ndcg_at_k, retrieval
+from bertonnx.bench.retrieval import (PEERS, RetrievalOptions, chosen_peers, cosines,
+                                      ndcg_at_k, retrieval)
 from bertonnx.bench.retrieval_memory import child, format_peak_memory
 from bertonnx.bench.retrieval_report import format_retrieval
 from bertonnx.runtime.core.errors import InputError
@@ -52,6 +53,13 @@ def test_unknown_peer_is_one_clear_error():
     with pytest.raises(InputError, match="unknown task or peer: onnx"):
         RetrievalOptions(peers=("onnx",))
 
+
+
+def test_peers_flag_names_all_none_or_a_list():
+    # 'none' was read as a peer named "none" (an empty tuple is falsy)
+    assert chosen_peers("none") == ()
+    assert chosen_peers("all") == PEERS
+    assert chosen_peers(" st-torch, ctranslate2 ,") == ("st-torch", "ctranslate2")
 
 def test_retrieval_runs_every_task_and_agrees_with_its_reference(tmp_path, tiny_checkpoint,
                                                                  tiny_export):
