@@ -102,6 +102,39 @@ def save_model(proto: onnx.ModelProto, path: Path) -> None:
         data.chmod(path.stat().st_mode & 0o777)
 
 
+# What stays in the graph: tensors under 64 KiB (shape constants, position ranges) and vectors
+# (biases, norms), whose values symbolic shape inference may read; matrices go to the file.
+_INLINE_BYTES = 1 << 16
+
+
+def without_weights(proto: onnx.ModelProto, data: Path) -> onnx.ModelProto:
+    """A copy of `proto` whose weight matrices are external data in `data` (written here, one
+    tensor at a time); `proto` itself is not changed."""
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version",
+                  "doc_string"):
+        setattr(light, field, getattr(proto, field))
+    light.opset_import.extend(proto.opset_import)
+    light.metadata_props.extend(proto.metadata_props)
+    g, lg = proto.graph, light.graph
+    lg.name = g.name
+    for field in ("node", "input", "output", "value_info"):
+        getattr(lg, field).extend(getattr(g, field))
+    with open(data, "wb") as f:
+        for init in g.initializer:
+            if len(init.dims) < 2 or len(init.raw_data) < _INLINE_BYTES:
+                lg.initializer.append(init)
+                continue
+            t = lg.initializer.add(name=init.name, data_type=init.data_type, dims=init.dims,
+                                   data_location=onnx.TensorProto.EXTERNAL)
+            offset = f.tell()
+            f.write(init.raw_data)
+            for key, value in (("location", data.name), ("offset", offset),
+                               ("length", f.tell() - offset)):
+                t.external_data.add(key=key, value=str(value))
+    return light
+
+
 def _fits_bytesize(proto: onnx.ModelProto) -> bool:
     try:
         proto.ByteSize()

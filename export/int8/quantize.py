@@ -32,7 +32,7 @@ from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
 from .. import fusion, tied_decoder
 from ..attention_bias import ATTENTION_BIAS
-from ..graph import save_model
+from ..graph import save_model, without_weights
 from .evidence import default_settings_summary
 from .settings import DEFAULT_INT8, Int8Settings
 
@@ -66,7 +66,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
     it to a folder of its own in /tmp.
 
     The weights go to that folder once, as external data, and everything before the quantizer
-    works on the graph without them (`_without_weights`): the caller's proto is left intact
+    works on the graph without them (`graph.without_weights`): the caller's proto is left intact
     without a copy, and symbolic shape inference copies only the graph. Measured on a
     bert-base-shaped fill-mask export: the quantizing step's peak RSS 2.8 GB -> see
     BENCHMARKS.md."""
@@ -74,7 +74,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
     with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-",
                                                               dir=scratch) as d:
         source, out = Path(d) / "fused.onnx", Path(d) / "int8.onnx"
-        light = _without_weights(proto, Path(d) / "fused.onnx.data")
+        light = without_weights(proto, Path(d) / "fused.onnx.data")
         fp32 = _positioned_embeddings(light, Path(d))  # left fp32, with the decoder tied to them
         biased = _biased_attention(light)  # left fp32
         tied = tied_decoder.hide(light)
@@ -107,39 +107,6 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
         info["tied_decoder"] = ("fp32 Gemm on the embedding's fp32 table (stored once)" if fp32
                                 else "MatMulInteger on the embedding's uint8 table (stored once)")
     return q, info
-
-
-# What stays in the graph: tensors under 64 KiB (shape constants, position ranges) and vectors
-# (biases, norms), whose values symbolic shape inference may read; matrices go to the file.
-_INLINE_BYTES = 1 << 16
-
-
-def _without_weights(proto: onnx.ModelProto, data: Path) -> onnx.ModelProto:
-    """A copy of `proto` whose weight matrices are external data in `data` (written here, one
-    tensor at a time); `proto` itself is not changed."""
-    light = onnx.ModelProto()
-    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version",
-                  "doc_string"):
-        setattr(light, field, getattr(proto, field))
-    light.opset_import.extend(proto.opset_import)
-    light.metadata_props.extend(proto.metadata_props)
-    g, lg = proto.graph, light.graph
-    lg.name = g.name
-    for field in ("node", "input", "output", "value_info"):
-        getattr(lg, field).extend(getattr(g, field))
-    with open(data, "wb") as f:
-        for init in g.initializer:
-            if len(init.dims) < 2 or len(init.raw_data) < _INLINE_BYTES:
-                lg.initializer.append(init)
-                continue
-            t = lg.initializer.add(name=init.name, data_type=init.data_type, dims=init.dims,
-                                   data_location=onnx.TensorProto.EXTERNAL)
-            offset = f.tell()
-            f.write(init.raw_data)
-            for key, value in (("location", data.name), ("offset", offset),
-                               ("length", f.tell() - offset)):
-                t.external_data.add(key=key, value=str(value))
-    return light
 
 
 def _biased_attention(proto: onnx.ModelProto) -> list[str]:
