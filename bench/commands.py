@@ -173,7 +173,8 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
               help="A task to run (repeatable; default: all three).")
 @click.option("--peers", default="all", show_default=True,
               help="Comma list of peers: st-torch, st-onnx, st-onnx-o3, st-onnx-int8, "
-                   "st-openvino, st-openvino-f32, ctranslate2, fastembed; 'all' or 'none'.")
+                   "st-openvino, ctranslate2, fastembed; 'all' or 'none'; also "
+                   "st-openvino-f32 (OpenVINO without bf16), by name only.")
 @click.option("--texts", type=int, help="Sentences to embed (default 512).")
 @click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
 @click.option("--queries", type=int, help="Rerank queries, one call each (default 3).")
@@ -296,9 +297,9 @@ def _mixed_workload(chosen: tuple[str, ...] | None, quick: bool, fp32_only: bool
     with the grid's engines (`chosen`; None: all) under their retrieval names (its `torch` is
     sentence-transformers' torch backend there; fastembed runs only with every engine)."""
     # the retrieval bench (its peers' modules) only with --mixed
-    from .retrieval import PEERS, QUICK as RETRIEVAL_QUICK, RetrievalOptions, retrieval
+    from .retrieval import DEFAULT_PEERS, QUICK as RETRIEVAL_QUICK, RetrievalOptions, retrieval
 
-    peers = tuple(p for p in PEERS if chosen is None or p in chosen
+    peers = tuple(p for p in DEFAULT_PEERS if chosen is None or p in chosen
                   or (p == "st-torch" and "torch" in chosen))
     kw = dict(RETRIEVAL_QUICK) if quick else {}
     kw.update({k: v for k, v in (("rounds", sizes.get("rounds")),

@@ -48,6 +48,8 @@ from .timing import round_robin
 KINDS = {"embed": "feature-extraction", "rerank": "text-ranking", "sparse": "sparse-embedding"}
 UNITS = {"embed": "texts/s", "rerank": "pairs/s", "sparse": "texts/s"}
 PEERS = (*peers.ST_VARIANTS, "ctranslate2", "fastembed")
+# what `all` runs: st-openvino-f32 (OpenVINO as it runs without bf16) is asked for by name
+DEFAULT_PEERS = tuple(p for p in PEERS if p != "st-openvino-f32")
 PEER_PACKAGES = ("sentence-transformers", "optimum-intel", "openvino", "ctranslate2",
                  "fastembed")
 SEED = 0  # the built cross-encoder's head
@@ -63,7 +65,7 @@ class RetrievalOptions:
     documents: int = 100      # ... of this many documents
     rounds: int = 5
     threads: int | None = None
-    peers: tuple[str, ...] = PEERS
+    peers: tuple[str, ...] = DEFAULT_PEERS
     precisions: tuple[str, ...] = ("none", "int8")   # bertonnx exports (--quantize)
     fresh: bool = False       # re-export bertonnx's folders
     embed_model: Path | None = None    # an embedding sentence-transformers folder
@@ -82,8 +84,9 @@ class RetrievalOptions:
 
 
 def chosen_peers(text: str) -> tuple[str, ...]:
-    """`--peers`: 'all', 'none' (bertonnx alone) or a comma list (checked by RetrievalOptions)."""
-    named = {"all": PEERS, "none": ()}
+    """`--peers`: 'all' (DEFAULT_PEERS), 'none' (bertonnx alone) or a comma list (checked by
+    RetrievalOptions)."""
+    named = {"all": DEFAULT_PEERS, "none": ()}
     return named[text] if text in named else tuple(p.strip() for p in text.split(",") if p.strip())
 
 

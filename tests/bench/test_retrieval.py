@@ -58,7 +58,9 @@ def test_unknown_peer_is_one_clear_error():
 def test_peers_flag_names_all_none_or_a_list():
     # 'none' was read as a peer named "none" (an empty tuple is falsy)
     assert chosen_peers("none") == ()
-    assert chosen_peers("all") == PEERS
+    assert chosen_peers("all") == tuple(p for p in PEERS if p != "st-openvino-f32")
+    assert chosen_peers("st-openvino-f32") == ("st-openvino-f32",)
+    RetrievalOptions(peers=chosen_peers("st-openvino,st-openvino-f32"))  # both are known
     assert chosen_peers(" st-torch, ctranslate2 ,") == ("st-torch", "ctranslate2")
 
 def test_retrieval_runs_every_task_and_agrees_with_its_reference(tmp_path, tiny_checkpoint,
