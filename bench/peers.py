@@ -164,9 +164,9 @@ ST_VARIANTS = {
 }
 OPENVINO_HINTS = {"st-openvino-f32": "f32"}
 ST_FILES = {k: v[2] for k, v in ST_VARIANTS.items()}
-NEEDS = {"st-torch": None, "st-onnx": "optimum.onnxruntime", "st-onnx-o3": "optimum.onnxruntime",
-         "st-onnx-int8": "optimum.onnxruntime", "st-openvino": "optimum.intel",
-         "st-openvino-f32": "optimum.intel"}
+# what each backend needs beside sentence-transformers, and so each variant
+BACKEND_NEEDS = {"torch": None, "onnx": "optimum.onnxruntime", "openvino": "optimum.intel"}
+NEEDS = {k: BACKEND_NEEDS[v[1]] for k, v in ST_VARIANTS.items()}
 
 
 def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say

@@ -300,7 +300,6 @@ def test_bench_command_one_line_error(tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1 and "does not exist" in out.stderr
 
 
-
 @pytest.mark.parametrize("module, args, says", [
     ("retrieval", ["--peers", "nope", "--quick"], "unknown task or peer: nope"),
     ("cpu_time", [], "Missing argument 'GRAPHS...'"),
@@ -313,6 +312,7 @@ def test_bench_modules_answer_a_mistake_in_one_line(module, args, says):
     assert out.returncode == 2
     assert out.stderr.splitlines() == [out.stderr.strip()] and says in out.stderr
     assert out.stderr.startswith("bertonnx: error: ")
+
 
 def test_bench_options_reject_nonsense():
     with pytest.raises(InputError, match="repeats"):

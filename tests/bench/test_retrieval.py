@@ -54,7 +54,6 @@ def test_unknown_peer_is_one_clear_error():
         RetrievalOptions(peers=("onnx",))
 
 
-
 def test_peers_flag_names_all_none_or_a_list():
     # 'none' was read as a peer named "none" (an empty tuple is falsy)
     assert chosen_peers("none") == ()
