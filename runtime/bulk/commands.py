@@ -119,7 +119,8 @@ def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[
               help="JSONL, CSV with a header, plain text lines, or Parquet.")
 @click.option("--output", "output_path", required=True, metavar="FILE",
               type=click.Path(dir_okay=False, path_type=Path),
-              help="JSONL, or Parquet when FILE ends in .parquet; one row per input row.")
+              help="JSONL (.jsonl, .ndjson) or Parquet (.parquet, .pq), by FILE's "
+                   "extension; one row per input row (blank lines skipped).")
 @click.option("--input-format", type=click.Choice(FORMATS), default=None,
               help="The input's format [default: by extension; else sniffed].")
 @click.option("--field", "field_items", multiple=True, metavar="NAME=COLUMN",

@@ -26,7 +26,7 @@ from ..core.pipelines import Pipeline
 from ..cli.progress import Progress
 from .readers import chunks, input_format, open_reader
 from .runner import ChunkRunner
-from .sinks import Commit, open_sink, partial_dir
+from .sinks import Commit, open_sink, output_format, partial_dir
 
 CRASH_ENV = "BERTONNX_BULK_CRASH_AFTER"  # test hook: SIGKILL mid-write after N commits
 AHEAD = 2   # chunks read ahead of the model, and written behind it
@@ -59,6 +59,7 @@ class Summary:
     resumed_from: int = 0
     warnings: int = 0     # repeats of a warning, shown once
     max_errors: int = 0   # error rows tolerated: past them the job failed (`check`)
+    blank: int = 0        # blank input lines skipped (no output row), as `--input` skips them
 
     @property
     def failed(self) -> bool:
@@ -73,8 +74,11 @@ class Summary:
         if self.rows is None:
             return f"{self.output} is complete: nothing to resume"
         resumed = f", resumed after row {self.resumed_from}" if self.resumed_from else ""
-        return (f"{self.rows} rows ({self.errors} errors) -> {self.output}: {self.new_rows} "
-                f"rows in {self.seconds:.1f} s, {self.rows_per_s:.0f} rows/s{resumed}")
+        blank = (f", {self.blank} blank line{'s' * (self.blank != 1)} skipped" if self.blank
+                 else "")
+        return (f"{self.rows} rows ({self.errors} errors{blank}) -> {self.output}: "
+                f"{self.new_rows} rows in {self.seconds:.1f} s, {self.rows_per_s:.0f} rows/s"
+                f"{resumed}")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s, 1), "failed": self.failed}
@@ -139,6 +143,7 @@ def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
 
     cluster: a `RayOptions` (runtime/bulk/ray_job.py) runs the chunks on that Ray cluster, one
     pipeline per actor, into the same sink: the same output, byte for byte."""
+    output_format(options.output)  # an unknown extension: refused before any work
     options = replace(options, chunk_size=chunk_size(options))
     fmt = input_format(options.input, options.input_format)
     if options.output.resolve() == options.input.resolve():
@@ -168,7 +173,7 @@ def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
 
 def _run(reader, runner: ChunkRunner, sink, options: JobOptions, total: int | None,
          remote) -> Summary:
-    start = sink.commit.rows
+    start, blank = sink.commit.rows, sink.commit.blank
     progress = Progress(total, options.output.name, initial=start, enabled=options.progress,
                         every=options.every, unit="row", rate=True)
     once = _Once()
@@ -189,8 +194,10 @@ def _run(reader, runner: ChunkRunner, sink, options: JobOptions, total: int | No
         progress.close(final_line=done)
         log.removeFilter(once)
     seconds = time.monotonic() - t0
-    return Summary(str(options.output), sink.commit.rows, sink.commit.errors,
-                   sink.commit.rows - start, seconds, start, once.repeats, options.max_errors)
+    c = sink.commit
+    return Summary(str(options.output), c.rows - c.blank, c.errors,
+                   c.rows - start - (c.blank - blank), seconds, start, once.repeats,
+                   options.max_errors, c.blank)
 
 
 def _stream(source, runner: ChunkRunner, sink, progress: Progress) -> None:

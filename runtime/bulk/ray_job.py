@@ -42,7 +42,7 @@ from ..cli.progress import Progress
 from ..ray.cluster import join
 from .ray import chunk_runner, ray_module, ship
 from .readers import open_reader
-from .rows import ReadError, RowReader
+from .rows import BLANK, Blank, ReadError, RowReader
 from .runner import ChunkRunner, fail_on_error
 
 ray = ray_module()  # one line naming the extra when ray is missing (this module needs it)
@@ -115,9 +115,11 @@ def _read_chunk(path: Path, fmt: str, pipeline: type, columns: dict, first: int,
 # Rows and results cross to the actors and back as JSON text, never pickles: the runtime
 # unpickles nothing (tests/reliability/test_artifacts.py). Floats survive JSON exactly.
 def _raw_text(rows: RowReader, raw, number: int) -> str:
-    """A raw row as JSON: ["raw", value], or ["error", message] for a row the reader could
-    not read or holding a value JSON cannot carry (a Parquet date, bytes: no valid id or
-    text is one, so the row reader names it)."""
+    """A raw row as JSON: ["raw", value], ["blank", null] for a blank line, or ["error",
+    message] for a row the reader could not read or holding a value JSON cannot carry (a
+    Parquet date, bytes: no valid id or text is one, so the row reader names it)."""
+    if isinstance(raw, Blank):
+        return json.dumps(["blank", None])
     if not isinstance(raw, ReadError):
         try:
             return json.dumps(["raw", raw])
@@ -129,7 +131,7 @@ def _raw_text(rows: RowReader, raw, number: int) -> str:
 
 def _raw_value(text: str):
     kind, value = json.loads(text)
-    return ReadError(value) if kind == "error" else value
+    return ReadError(value) if kind == "error" else BLANK if kind == "blank" else value
 
 
 class _JobWorker:

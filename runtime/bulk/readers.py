@@ -1,8 +1,12 @@
 """Input files of a bulk job, read a row at a time: JSONL, CSV with a header, plain text lines,
 Parquet. Memory holds one row (one Parquet record batch), never the file.
 
-Every physical line (JSONL, text) or record (CSV, Parquet) is one row, numbered from 0, so a
-blank line or an unreadable one is an error row in its place, never a silent skip. A format is
+Every physical line (JSONL, text) or record (CSV, Parquet) is one row, numbered from 0: an
+unreadable one is an error row in its place, never a silent skip; a blank one is `BLANK`, a row
+the job skips and counts (as the task commands' `--input` skips it), keeping its number. A CSV
+is read strictly: a quote that opens a field and never closes, or closes with more characters
+after it, would merge the records after it into one text, so the job stops with one line
+naming the file and the line. A format is
 named by `--input-format` or the file's extension; any other extension is sniffed as
 `runtime/io.py` does (a first line starting with `{` or `"` is JSONL, else text).
 
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..core.errors import ConfigError, InputError
-from .rows import ID, ReadError
+from .rows import BLANK, ID, ReadError
 
 FORMATS = ("jsonl", "csv", "text", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".txt": "text",
@@ -113,10 +117,10 @@ class LineReader:
         except UnicodeDecodeError as e:
             return ReadError(f"the line is not UTF-8 (byte 0x{line[e.start]:02x} at byte "
                              f"{e.start + 1})")
+        if not text.strip():
+            return BLANK
         if not self.as_json:
             return text
-        if not text.strip():
-            return ReadError("a blank line, not a JSON value")
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
@@ -166,35 +170,40 @@ class CsvReader:
         else:
             self.header = []
 
-    def _records(self, at: int) -> Iterator[tuple[list | ReadError, int]]:
+    def _records(self, at: int) -> Iterator[tuple[list, int]]:
         """(record, byte offset after it) from byte `at` on."""
         where, ended = [at], [False]
         with open(self.path, "rb") as f:
-            # csv pulls one line at a time, so `where` is the end of the record it returns
-            records = csv.reader(_flag_end(_text_lines(f, at, where), ended))
+            # csv pulls one line at a time, so `where` is the end of the record it returns;
+            # strict: a stray quote is an error, where the default reader merges records
+            records = csv.reader(_flag_end(_text_lines(f, at, where), ended), strict=True)
             while True:
+                before = records.line_num
                 try:
                     record = next(records)
                 except StopIteration:
                     return
                 except csv.Error as e:
-                    record = ReadError(f"the CSV record cannot be read ({e})")
-                if ended[0]:  # a record complete only at the end of the file: see _unclosed
-                    self._unclosed(record)
+                    self._broken(at, before + 1, records.line_num, e, ended[0])
                 yield record, where[0]
 
-    def _unclosed(self, record) -> None:
-        """csv ends a record at the end of its line unless a quoted field is open; one the
-        file's end closed had a quote never closed, and would read the rest of the file as
-        one text (csv's non-strict reader says nothing). The field is the record's last one:
-        it runs from its opening quote to the file's last line."""
-        field_ = record[-1] if isinstance(record, list) and record else ""
+    def _broken(self, at: int, first: int, last: int, e: csv.Error, at_end: bool) -> None:
+        """One line for a record csv refused: lines `first`..`last` counted from byte `at`.
+        Every record after it would be misread, so the job stops, naming where it begins."""
         with open(self.path, "rb") as f:
-            last = sum(1 for _ in _text_lines(f, 0, [0]))
-        line = last - max(1, len(field_.splitlines(keepends=True))) + 1
-        raise InputError(f"{self.path} line {line}: a quoted field has no closing quote, so "
-                         "the rest of the file would be one text",
-                         'close the quote (a quote inside a quoted field is written "")')
+            where = [0]
+            before = sum(1 for _ in itertools.takewhile(
+                lambda _: where[0] <= at, _text_lines(f, 0, where))) if at else 0
+        line = before + first
+        if at_end:  # the file ended inside a quoted field
+            raise InputError(f"{self.path} line {line}: a quoted field has no closing quote, "
+                             "so the rest of the file would be one text",
+                             'close the quote (a quote inside a quoted field is written "")')
+        end = f" (on line {before + last})" if last != first else ""
+        raise InputError(f"{self.path} line {line}: the record is not valid CSV ({e}{end}); "
+                         "read leniently, it would swallow the records after it",
+                         "a quoted field's closing quote must be followed by a comma or the "
+                         'line\'s end (a quote inside a quoted field is written "")')
 
     def count(self) -> None:
         return None  # quoted newlines: only a full parse knows the rows
@@ -216,12 +225,12 @@ class CsvReader:
             if n >= skip:
                 yield self._raw(record)
 
-    def _raw(self, record):
-        if isinstance(record, ReadError):
-            return record
+    def _raw(self, record: list):
+        if not record:
+            return BLANK
         if len(record) != len(self.header):
             return ReadError(f"the record has {len(record)} fields, the header "
-                             f"{len(self.header)}" if record else "a blank line, not a record")
+                             f"{len(self.header)}")
         for cell in record:
             if not cell.isascii():
                 try:

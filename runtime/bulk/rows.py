@@ -2,8 +2,10 @@
 or what is wrong with it.
 
 A reader (bulk/readers.py) gives raw rows: a mapping (a JSONL object, a CSV row, a Parquet row),
-a bare value (a text line, a JSON string or list), or a `ReadError` (a line that is not JSON or
-not UTF-8). `RowReader` reads them with the task pipeline's rules, never its own:
+a bare value (a text line, a JSON string or list), a `ReadError` (a line that is not JSON or
+not UTF-8), or `BLANK` (a blank line: skipped, as the task commands' `--input` skips it, and
+counted; it keeps its number, so chunks and ids stay those of the file's lines). `RowReader`
+reads them with the task pipeline's rules, never its own:
 
     mapping -> the id field, then Pipeline.input_of_row (the task's fields: text, text_pair,
                question/context) -> Pipeline.read_inputs
@@ -32,14 +34,25 @@ class ReadError:
 
 
 @dataclass(frozen=True)
+class Blank:
+    """A blank line of a JSONL or text file, an empty line of a CSV: no row, skipped."""
+
+
+BLANK = Blank()
+SKIPPED = "skipped"  # the key of a blank row's output: counted by the sink, never written
+
+
+@dataclass(frozen=True)
 class Row:
     """number: the row's 0-based place in the input; id: its id field, or `number`; read: its
-    one input read by the task's rules (None when `error` says why it cannot run)."""
+    one input read by the task's rules (None when `error` says why it cannot run, or it is
+    `blank`: skipped)."""
 
     number: int
     id: object
     read: Inputs | None = None
     error: str | None = None
+    blank: bool = False
 
 
 def _id_problem(value) -> str | None:
@@ -75,6 +88,8 @@ class RowReader:
         return [self.row(raw, start + i) for i, raw in enumerate(raws)]
 
     def row(self, raw, number: int) -> Row:
+        if isinstance(raw, Blank):
+            return Row(number, number, blank=True)
         if isinstance(raw, ReadError):
             return Row(number, number, error=raw.message)
         rid = number

@@ -3,6 +3,8 @@
     runner = ChunkRunner(load(DIR), {"top_k": 3})
     runner(raw_rows, start=0)  # -> [{"id": 0, "result": ...}, {"id": 1, "error": "..."}, ...]
 
+A blank line gives {"id": n, "skipped": "blank"}: the sink counts it and writes nothing.
+
 One pipeline call runs a chunk's valid rows together (the pipeline length-sorts them into
 micro-batches); rows the readers or the task's input rules refused are error rows already.
 Some problems only the call finds (fill-mask: no mask token; QA: a question longer than
@@ -20,7 +22,7 @@ from typing import Mapping
 from ..core.errors import InputError
 from ..core.pipelines import Pipeline
 from ..core.pipelines.inputs import Inputs
-from .rows import Row, RowReader
+from .rows import SKIPPED, Row, RowReader
 
 ON_ERROR = ("row", "fail")  # an error row in the output, or the job stops at the first one
 
@@ -61,7 +63,9 @@ class ChunkRunner:
         out: list[dict | None] = [None] * len(rows)
         good = []
         for i, r in enumerate(rows):
-            if r.error is None:
+            if r.blank:
+                out[i] = {"id": r.id, SKIPPED: "blank"}
+            elif r.error is None:
                 good.append(i)
             else:
                 out[i] = {"id": r.id, "error": r.error}

@@ -29,14 +29,23 @@ from pathlib import Path
 from ..core.atomic import install, write_file
 from ..core.errors import InputError
 from .readers import pyarrow_parquet
+from .rows import SKIPPED
 
 COMMIT = "commit.json"
 PARTIAL = ".partial"
-OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet"}  # anything else: JSONL
+OUTPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
+                  ".pq": "parquet"}
 
 
 def output_format(path: Path) -> str:
-    return OUTPUT_FORMATS.get(path.suffix.lower(), "jsonl")
+    """jsonl or parquet by `path`'s extension; any other is refused (an .xlsx or .csv output
+    filled with JSONL would be a surprise found later)."""
+    fmt = OUTPUT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        named = f"{path.suffix} files" if path.suffix else "a file without an extension"
+        raise InputError(f"--output {path}: bertonnx run writes JSONL or Parquet, not {named}",
+                         "end FILE in .jsonl or .ndjson (JSONL), or .parquet or .pq (Parquet)")
+    return fmt
 
 
 def partial_dir(target: Path) -> Path:
@@ -51,6 +60,7 @@ class Commit:
     job: dict
     rows: int = 0     # input rows committed (a chunk's rows all at once)
     errors: int = 0   # error rows among them
+    blank: int = 0    # blank lines among them: skipped, no output row
     chunks: int = 0
     state: dict = field(default_factory=dict)
 
@@ -80,12 +90,15 @@ class Sink:
         self.folder = partial_dir(target)
 
     def write(self, rows: list[dict]) -> None:
-        data = self.encode(rows)
+        """One chunk's output rows, a blank line's ({"id", "skipped"}) counted, not written."""
+        kept = [r for r in rows if SKIPPED not in r]
+        data = self.encode(kept)
         if self.crash_after is not None and self.commit.chunks >= self.crash_after:
             self.store(data[:len(data) // 2])
             os.kill(os.getpid(), 9)
         self.store(data)
         self.commit.rows += len(rows)
+        self.commit.blank += len(rows) - len(kept)
         self.commit.errors += sum(1 for r in rows if "error" in r)
         self.commit.chunks += 1
         self.commit.save(self.folder)
@@ -170,9 +183,9 @@ class ParquetSink(Sink):
         pa = self.pa
         ids = [r["id"] for r in rows]
         state = self.commit.state
-        if "id_type" not in state:  # fixed by the first chunk, kept by a resumed job
+        if "id_type" not in state and ids:  # fixed by the first rows, kept by a resume
             state["id_type"] = "int64" if all(isinstance(i, int) for i in ids) else "string"
-        if state["id_type"] == "string":
+        if state.get("id_type") == "string":
             ids = [i if isinstance(i, str) else str(i) for i in ids]
         elif not all(isinstance(i, int) for i in ids):
             bad = next(i for i in ids if not isinstance(i, int))
@@ -197,7 +210,9 @@ class ParquetSink(Sink):
         merged = self.folder / "merged.parquet"
         with self.pq.ParquetWriter(merged, self._schema()) as writer:
             for k in range(self.commit.chunks):  # one part in memory at a time
-                writer.write_table(self.pq.read_table(self._part(k)))
+                part = self.pq.read_table(self._part(k))
+                # a chunk of blank lines only was written before the ids' type was known
+                writer.write_table(part if part.num_rows else self._schema().empty_table())
             if not self.commit.chunks:
                 writer.write_table(self._schema().empty_table())
         with open(merged, "rb") as f:

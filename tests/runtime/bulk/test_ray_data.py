@@ -164,10 +164,11 @@ def test_rows_cross_to_the_actors_as_json_text():
     import datetime
 
     from bertonnx.runtime.bulk.ray_job import _raw_text, _raw_value
-    from bertonnx.runtime.bulk.rows import ReadError, RowReader
+    from bertonnx.runtime.bulk.rows import BLANK, ReadError, RowReader
     from bertonnx.runtime.core.pipelines import PIPELINES
 
     rows = RowReader(PIPELINES[CLS], {})
+    assert _raw_value(_raw_text(rows, BLANK, 3)) is BLANK  # a blank line: skipped remotely too
     for raw in ("a line \udcff", {"id": 7, "text": "x", "n": float("nan")}, [1, "a"],
                 ReadError("the line is not valid JSON")):
         back = _raw_value(_raw_text(rows, raw, 3))
@@ -245,12 +246,12 @@ def _pair(capsys, tmp_path, export, src, out_name, *flags, address):
 def test_ray_run_equals_the_local_run(cluster, ray_env, capsys, tiny_export, tmp_path):
     src = write_input(tmp_path / "in.jsonl", "jsonl", rows(500))
     with open(src, "a", encoding="utf-8") as f:
-        f.write("not json\n")  # a reader's error row travels too
+        f.write("\nnot json\n")  # a skipped blank line and a reader's error row travel too
     local, remote = _pair(capsys, tmp_path, tiny_export(CLS), src, "o.jsonl", "--top-k", "all",
                           "--chunk-size", "64", address=cluster.address)
     assert remote == local
     got = [json.loads(x) for x in remote.splitlines()]
-    assert [r["id"] for r in got] == [f"r{i}" for i in range(500)] + [500]
+    assert [r["id"] for r in got] == [f"r{i}" for i in range(500)] + [501]
     assert sum("error" in r for r in got) == 31
 
 

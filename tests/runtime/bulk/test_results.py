@@ -162,7 +162,7 @@ def test_bad_rows_become_error_rows_and_the_rest_still_run(capsys, tiny_export, 
              b'{"id": "json", "text": "the cat',
              b'{"id": "field", "txt": "the [MASK]"}',
              b'{"id": "type", "text": 5}',
-             b'',
+             b'',                                               # skipped (issue 43)
              b'{"id": "utf8", "text": "caf\xe9 [MASK]"}',
              b'{"id": {"a": 1}, "text": "the [MASK]"}',
              b'{"id": "nomask", "text": "no mask here"}',   # only the pipeline call finds it
@@ -175,26 +175,25 @@ def test_bad_rows_become_error_rows_and_the_rest_still_run(capsys, tiny_export, 
                            "--chunk-size", 4, "--no-progress")
     # the output holds every row, and the exit status says rows failed (issue 31)
     assert rc == 1 and err.splitlines() == [
-        f"bertonnx: error: 9 of {len(lines)} rows failed, more than --max-errors 0 tolerates "
-        f"(their error rows are in {out}) — fix those rows, or pass --max-errors 9 to accept "
-        "them"], err
+        f"bertonnx: error: 8 of {len(lines) - 1} rows failed, more than --max-errors 0 "
+        f"tolerates (their error rows are in {out}) — fix those rows, or pass --max-errors 8 "
+        "to accept them"], err
     got = read_output(out)
-    assert len(got) == len(lines)
+    assert len(got) == len(lines) - 1
     errors = {r["id"]: r["error"] for r in got if "error" in r}
     # a row that cannot be read has no id of its own: its number stands in
-    assert set(errors) == {"empty", 2, "field", "type", 5, 6, 7, "nomask", 10}
+    assert set(errors) == {"empty", 2, "field", "type", 6, 7, "nomask", 10}
     assert "empty" in errors["empty"]
     assert "not valid JSON" in errors[2]
     assert 'no "text" field' in errors["field"]
     assert "got int" in errors["type"]
-    assert "blank line" in errors[5]
     assert "not UTF-8 (byte 0xe9" in errors[6]
     assert "id must be a string or an integer" in errors[7]
     assert "no mask token [MASK] in the text" in errors["nomask"]
     assert "JSON list is not an input of fill-mask" in errors[10]
     want = ours(FM)(["the cat [MASK] .", "a [MASK] dog ."])
     assert [r["result"] for r in got if "result" in r] == want
-    assert stdout.startswith(f"{len(lines)} rows (9 errors)")
+    assert stdout.startswith(f"{len(lines) - 1} rows (8 errors, 1 blank line skipped)")
     # the same file with --on-error fail: stops at the first bad row, exit 1, one line
     rc, stdout, err = bulk(capsys, tiny_export(FM), "--input", src, "--output",
                            tmp_path / "fail.jsonl", "--on-error", "fail")
