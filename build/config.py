@@ -153,7 +153,8 @@ class BertConfig:
 
     @property
     def position_offset(self) -> int:
-        """RoBERTa numbers positions from pad_token_id + 1 (fairseq's make_positions)."""
+        """RoBERTa numbers positions from pad_token_id + 1 (fairseq's make_positions), MPNet
+        from its fixed padding id 1 + 1."""
         return self.family.position_offset(self.pad_token_id)
 
     @property

@@ -39,7 +39,8 @@ class Embeddings(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         E = c.embedding_dim
-        self.word = nn.Embedding(c.vocab_size, E, padding_idx=c.pad_token_id)
+        pad = c.family.padding_id(c.pad_token_id)  # MPNet: 1, whatever pad_token_id says
+        self.word = nn.Embedding(c.vocab_size, E, padding_idx=pad)
         # ModernBERT's rotary attention takes positions in the layers: no table
         self.position = (None if c.family.attention == "rotary"
                          else nn.Embedding(c.max_position_embeddings, E))
@@ -49,8 +50,8 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
         # ALBERT, ELECTRA: embeddings narrower than the layers are projected up after the norm
         self.project = nn.Linear(E, c.hidden_size) if c.embedding_projection else None
-        # RoBERTa: positions from the padding, not from 0 (None: from 0)
-        self.pad_offset = c.pad_token_id if c.family.positions_from_padding else None
+        # RoBERTa, MPNet: positions from the padding id, not from 0 (None: from 0)
+        self.pad_offset = pad if c.family.positions_from_padding else None
         # A sliced constant rather than arange(T): the Slice pattern is what onnxruntime's
         # EmbedLayerNormalization fusion recognises (arange exports as Range and does not fuse).
         self.register_buffer("position_ids", torch.arange(c.max_position_embeddings)[None],
@@ -60,7 +61,7 @@ class Embeddings(nn.Module):
         if self.pad_offset is None:
             return self.position_ids[:, :input_ids.shape[1]]  # (1, T)
         # RoBERTa (fairseq make_positions), op for op as transformers writes it: pads keep
-        # position pad_token_id, tokens count from pad_token_id + 1 wherever the padding is.
+        # position pad_offset, tokens count from pad_offset + 1 wherever the padding is.
         keep = input_ids.ne(self.pad_offset).int()
         return (torch.cumsum(keep, dim=1).type_as(keep) * keep).long() + self.pad_offset  # (B, T)
 

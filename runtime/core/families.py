@@ -7,8 +7,9 @@ token type, no pooler outside RobertaModel, a dense->tanh classifier on <s>. Dis
 types, no pooler, 1e-12 LayerNorms, pre_classifier->ReLU. ELECTRA: embeddings narrower than the
 encoder with a projection, no pooler, dense->GELU classifier, a GELU generator MLM head. ALBERT:
 factorized embeddings (always projected) and groups of layers reused across depth. MPNet:
-RoBERTa's positions, no token types, and a learned relative-position bias (T5's bidirectional
-buckets) computed once and added to every layer's attention scores. DeBERTa-v2/v3:
+RoBERTa's positions (counted past a fixed padding id 1, whatever pad_token_id says), no token
+types, and a learned relative-position bias (T5's bidirectional buckets) computed once and added
+to every layer's attention scores. DeBERTa-v2/v3:
 disentangled attention (content-to-position and position-to-content scores over log-bucketed
 relative distances), no absolute positions or token types in v3, a ContextPooler. Sources:
 transformers 4.57's modeling_* and configuration_* of each family, and
@@ -43,6 +44,9 @@ class Family:
     key_map: str                      # build/keys.py's KEY_TABLES row: the base model's
                                       # attribute in transformers' classes (XLM-R's: roberta)
     positions_from_padding: bool = False  # RoBERTa: position = pad_token_id + rank among non-pads
+    # the id the embeddings treat as padding where transformers fixes it whatever
+    # config.pad_token_id says (MPNetEmbeddings.padding_idx = 1); None: pad_token_id
+    padding_idx: int | None = None
     token_types: bool = True          # DistilBERT has no segment embedding
     projection: str = "never"         # embeddings -> hidden: "never", "if-narrower", "always"
     shared_layers: bool = False       # ALBERT: layer groups reused across depth
@@ -84,10 +88,15 @@ class Family:
     hf_constants: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({"position_embedding_type": "absolute"}))
 
+    def padding_id(self, pad_token_id: int) -> int:
+        """The id whose tokens the embeddings treat as padding (keep the padding position, a
+        word row never trained): the family's fixed one, else config.pad_token_id."""
+        return pad_token_id if self.padding_idx is None else self.padding_idx
+
     def position_offset(self, pad_token_id: int) -> int:
         """The first position id: RoBERTa numbers from pad_token_id + 1 (fairseq's
-        make_positions), the others from 0."""
-        return pad_token_id + 1 if self.positions_from_padding else 0
+        make_positions), MPNet from 2 whatever pad_token_id is, the others from 0."""
+        return self.padding_id(pad_token_id) + 1 if self.positions_from_padding else 0
 
 
 def _roberta(model_type: str, name: str, class_prefix: str) -> Family:
@@ -130,9 +139,11 @@ FAMILIES: Mapping[str, Family] = MappingProxyType({f.model_type: f for f in (
                                       "hidden_dropout_prob": 0.0,
                                       "attention_probs_dropout_prob": 0.0,
                                       "classifier_dropout": 0.1})),
-    # MPNet: RoBERTa's positions and classifier, no token types, and a relative-position bias
-    # table (relative_attention_num_buckets rows) shared by every layer
+    # MPNet: RoBERTa's positions (counted past a fixed padding id 1, not pad_token_id) and
+    # classifier, no token types, and a relative-position bias table
+    # (relative_attention_num_buckets rows) shared by every layer
     Family("mpnet", "MPNet", "MPNet", "MPNetTokenizer", "mpnet", positions_from_padding=True,
+           padding_idx=1,
            token_types=False, classifier="dense", classifier_act="tanh", mlm_act="gelu",
            relative_bias=True, own_fields=frozenset({"relative_attention_num_buckets"}),
            # its classifier's dropout is hidden_dropout_prob: no classifier_dropout field

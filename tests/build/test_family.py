@@ -117,6 +117,21 @@ def test_roberta_positions_count_from_the_padding_when_left_padded(tiny_hf_check
     assert positions[2, -2:].tolist() == [2, 3] and positions[2, 0].item() == 1
 
 
+@pytest.mark.parametrize("model_type", FAMILY_TYPES)
+def test_every_family_matches_transformers_with_another_pad_token_id(tiny_hf_checkpoint,
+                                                                     tmp_path, model_type):
+    """pad_token_id 4, no family's default, right and left padded: a family whose transformers
+    code reads the padding id from elsewhere (MPNet's fixed 1) or not at all must still match
+    transformers, not only our own model (issue 43: MPNet followed pad_token_id and parity,
+    model against model, passed)."""
+    folder = tiny_hf_checkpoint("fill-mask", model_type=model_type, pad_token_id=4)
+    ours, ref, _ = check_family(folder, "fill-mask", tmp_path)
+    assert ours.config.pad_token_id == 4
+    ids, mask, types = batch_for(ours.config)
+    left = (ids.flip(1), mask.flip(1), types.flip(1))
+    assert_close("fill-mask", *run_both(ours, ref, left), left[1])
+
+
 @pytest.mark.parametrize("layers,groups,inner", [(3, 1, 1), (4, 2, 2), (3, 3, 1)])
 def test_albert_layer_groups_are_shared_across_depth(tiny_hf_checkpoint, tmp_path, layers,
                                                      groups, inner):

@@ -2,7 +2,8 @@
 
 tests/build/test_family.py runs MPNet through every task (load, parity, save, reload); here is
 what only MPNet has: its buckets equal transformers' for every pair of positions a table
-allows, the far (log-spaced and clamped) buckets and left padding match MPNetModel, a table
+allows, the far (log-spaced and clamped) buckets and left padding match MPNetModel, positions
+count past id 1 whatever pad_token_id says (as MPNetEmbeddings.padding_idx does), a table
 with more rows than the 32 buckets read loads (fewer is one clear line), and the bias is
 really there — a model without it misses transformers by far.
 """
@@ -15,6 +16,7 @@ import transformers
 from bertonnx.build import BertConfig, build_model, load_checkpoint
 from bertonnx.build.mpnet import NUM_BUCKETS, relative_position_bucket
 from bertonnx.runtime.core.errors import ConfigError
+from bertonnx.runtime.core.families import usable_positions
 
 from ._compare import assert_close
 from .test_family import batch_for, check_family, reload_with_auto, run_both
@@ -90,3 +92,21 @@ def test_without_the_bias_the_model_misses_transformers(tiny_hf_checkpoint):
         got = ours(batch[0], batch[1])
     m = batch[1].bool()
     assert (got[m] - want[m]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("pad", [0, 3])
+def test_positions_count_past_id_1_whatever_pad_token_id_says(tiny_hf_checkpoint, tmp_path, pad):
+    """transformers' MPNetEmbeddings.padding_idx is 1, not config.pad_token_id: positions count
+    every token but id 1 from 2 on — the pads of another id too (issue 43; reading
+    pad_token_id numbered from pad + 1 and missed transformers while parity passed)."""
+    folder = tiny_hf_checkpoint("text-classification", model_type="mpnet", pad_token_id=pad)
+    ours, ref, _ = check_family(folder, "text-classification", tmp_path)  # right padding
+    ids, mask, types = batch_for(ours.config)
+    ids[0, 4] = 1  # an id-1 token mid-text takes the padding position, as in transformers
+    for batch in ((ids, mask, types), (ids.flip(1), mask.flip(1), types)):
+        assert_close("text-classification", *run_both(ours, ref, batch), batch[1])
+        want = transformers.models.mpnet.modeling_mpnet.create_position_ids_from_input_ids(
+            batch[0], 1)
+        assert torch.equal(ours.encoder.embeddings.positions(batch[0]), want)
+    assert ours.config.position_offset == 2
+    assert usable_positions(ours.config.to_hf()) == ours.config.max_position_embeddings - 2

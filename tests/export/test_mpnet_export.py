@@ -17,7 +17,7 @@ from bertonnx.export.graph import sample_inputs, save_model
 from bertonnx.export.parity import run_ort, session
 from bertonnx.runtime.core.contract import FP32_ATOL, MODEL_NAME
 
-from tests.conftest import family_spec
+from tests.conftest import family_spec, make_checkpoint
 
 EMB = "feature-extraction"
 
@@ -69,3 +69,25 @@ def test_int8_keeps_the_biased_attention_fp32(tiny_checkpoint, tmp_path, task):
     assert all(n.input[ATTENTION_BIAS] for n in _attention(proto))
     assert sum(n.op_type == "MatMulInteger" for n in proto.graph.node) >= 6  # the rest is int8
     assert "attention_bias" in m.quantization["attention"]
+
+
+def test_a_pad_token_id_other_than_1_exports_what_transformers_answers(tmp_path):
+    """transformers counts MPNet's positions past id 1 whatever config.pad_token_id says; the
+    fused graph of a checkpoint with pad_token_id 0 answers as MPNetModel does, its 0-padded
+    rows included (issue 43: the export followed pad_token_id and its parity, graph against our
+    own model, passed)."""
+    import torch
+    import transformers
+
+    from tests.build._compare import padded_batch
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", EMB, model_type="mpnet", pad_token_id=0)
+    out = tmp_path / "out"
+    assert export_model(ckpt, EMB, out, ExportOptions()).parity["passed"]
+    ref = transformers.MPNetModel.from_pretrained(ckpt).eval()
+    ids, mask, tt = padded_batch(ref.config.vocab_size, 13, 0, lengths=(13, 9, 2))
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+    got = run_ort(session(out / MODEL_NAME), ids, mask, tt)[0]
+    m = mask.numpy().astype(bool)
+    assert np.abs(got - want)[m].max() <= FP32_ATOL

@@ -85,10 +85,11 @@ def test_declared_family_reads_the_row(tmp_path):
     assert tokenizer_families.declared_family(tmp_path, {}, read) is None
 
 
+@pytest.mark.parametrize("pad", [None, 4])  # 4: no family's default (MPNet ignores it)
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_position_offset_and_token_types_are_transformers(model_type):
+def test_position_offset_and_token_types_are_transformers(model_type, pad):
     row = family(model_type)
-    config = tiny_config(model_type)
+    config = tiny_config(model_type, **({} if pad is None else {"pad_token_id": pad}))
     pad = config.pad_token_id
     if row.positions_from_padding:  # a config.json without pad_token_id: transformers' default
         assert transformers.AutoConfig.for_model(model_type).pad_token_id == \
@@ -107,7 +108,7 @@ def test_position_offset_and_token_types_are_transformers(model_type):
         lambda module, args, out: seen.append(args[0]))
     n, length = 5, SMALL["max_position_embeddings"] - row.position_offset(pad)
     ids = torch.full((2, length), pad)
-    ids[0, :n] = torch.arange(3, 3 + n)
+    ids[0, :n] = torch.arange(10, 10 + n)  # clear of every pad id tried
     ids[1, :] = 7  # the longest sequence the table covers
     with torch.no_grad():
         model(input_ids=ids, attention_mask=(ids != pad).long())
