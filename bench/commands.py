@@ -38,13 +38,18 @@ def _say(msg: str) -> None:
 @click.option("--repeats", default=BenchOptions.repeats, show_default=True,
               help="Timed rounds per section; medians are reported.")
 @click.option("--threads", type=int, help="Intra-op threads (default: all usable CPUs).")
+@click.option("--engines", default="all", show_default=True,
+              help="Engines to time side by side: all (every one this machine runs the export "
+                   "with), or a list such as cpu:f32,openvino:bf16.")
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs, in seconds.")
 @click.option("--no-cold-start", is_flag=True, help="Skip the fresh-process measurements.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def bench(folder, reference, texts_file, count, repeats, threads, quick, no_cold_start, as_json):
+def bench(folder, reference, texts_file, count, repeats, threads, engines, quick, no_cold_start,
+          as_json):
     """Measure an export FOLDER: end-to-end throughput, latency, GFLOP/s, cold start, size."""
     sizes = {} if quick else dict(texts=count, repeats=repeats)  # --quick wins over defaults
-    options = _options(quick, threads=threads, cold_start=not no_cold_start, **sizes)
+    options = _options(quick, threads=threads, cold_start=not no_cold_start, engines=engines,
+                       **sizes)
     result = bench_folder(folder, reference=reference, options=options, texts_file=texts_file,
                           say=_say)
     click.echo(result.to_json() if as_json else format_report(result), nl=not as_json)

@@ -63,18 +63,24 @@ def top_labels(task: str, results: list) -> list:
     return [one(r) for r in results]
 
 
-def onnx_engine(name: str, folder: Path, threads: int) -> Engine:
-    """bertonnx's own pipeline and session (runtime/core/session.py's), as users get them."""
-    pipe = load(folder, threads=threads)
+def onnx_engine(name: str, folder: Path, threads: int, providers=None) -> Engine:
+    """bertonnx's own pipeline and session (runtime/core/session.py's), as users get them;
+    `providers` the engine (runtime/core/engines.py; None: `auto`, as `load` defaults)."""
+    pipe = load(folder, threads=threads, providers=providers)
     task = pipe.task
     session = pipe.session
     mode = pipe.folder.manifest.quantization.get("mode", "none")
+    vectors = task_record(task).vector_output
 
     def e2e(inputs):  # task_inputs' shapes are ones the pipeline reads (read_inputs)
-        return top_labels(task, pipe(inputs))
+        out = pipe(inputs)
+        return out if vectors else top_labels(task, out)
 
     return Engine(name, e2e=e2e, forward=lambda feeds: session.run(feeds),
-                  precision="fp32" if mode == "none" else mode)
+                  precision="fp32" if mode == "none" else mode,
+                  answer=(lambda out: out) if vectors else None,
+                  facts={f"engine {name}": f"{session.config.engine}:{session.config.precision}"
+                         f" ({session.config.reason})"})
 
 
 def torch_engine(reference: str | Path, task: str, threads: int, tokenizer_dir: Path

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bertonnx.runtime.core.defaults import resolve_checkpoint, resolve_export
+from bertonnx.runtime.core.engines import runnable
 from bertonnx.runtime.core.foreign import read_manifest
 
 from .engines import onnx_engine, torch_engine, transformers_engine
@@ -13,6 +14,12 @@ from .footprint import cli_argv, transformers_script_argv
 from .inputs import read_lines, task_inputs, text_set
 from .report import Result
 from .runner import BenchOptions, Workload, run
+
+
+def engine_row(name: str, key: str) -> str:
+    """The row of an export on an engine: the CPU provider's keeps the export's own name (the
+    name every earlier report used), the others say theirs."""
+    return name if key == "cpu:f32" else f"{name} [{key}]"
 
 
 def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
@@ -31,7 +38,10 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     mode = manifest.quantization.get("mode", "none")
     ours = (f"bertonnx {'fp32' if mode == 'none' else mode}{' fused' if manifest.optimized else ''}"
             if mode != "unknown" else f"bertonnx runtime, graph {manifest.exporter}")
-    engines = [onnx_engine(ours, folder, threads)]
+    # every engine this machine can run the export with, side by side (runtime/core/engines.py)
+    keys = runnable(mode) if options.engines == "all" else [
+        k.strip() for k in options.engines.split(",") if k.strip()]
+    engines = [onnx_engine(engine_row(ours, k), folder, threads, providers=k) for k in keys]
     text = text_set(1, source)[0][:200]
     cold = {"bertonnx CLI": cli_argv(folder, task, text)}
     sizes = {ours: folder}
@@ -45,6 +55,6 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
             sizes["reference checkpoint"] = Path(reference)
     workload = Workload(task, json.loads((folder / "config.json").read_text(encoding="utf-8")),
                         inputs, folder,
-                        baseline=engines[-1].name if reference is not None else None,
+                        baseline=engines[-1].name if reference is not None else engines[0].name,
                         cold_starts=cold, folders=sizes)
     return run(engines, options, workload, say)

@@ -68,16 +68,22 @@ def _texts(r: Result) -> list[str]:
 def _end_to_end(r: Result) -> list[str]:
     if not r.end_to_end:
         return []
+    vectors = any("cosine" in row for row in r.end_to_end.values())
+    column = "cosine mean / worst" if vectors else "agree"
     lines = ["", f"{'end to end (tokenize → run → post-process)':<52} {'items/s':>9} "
-                 f"{'median s':>9} {'× base':>7} {'agree':>6}"]
+                 f"{'median s':>9} {'× base':>7} {column:>6}"]
     base = r.end_to_end.get(r.baseline, {}).get("items_per_s")
     for name, row in r.end_to_end.items():
         ratio = f"{row['items_per_s'] / base:7.2f}" if base else f"{'':7}"
         agree = f"{row['agreement']:6.3f}" if "agreement" in row else f"{'':6}"
+        if "cosine" in row:
+            agree = f"{row['cosine']['mean']:.6f} / {row['cosine']['worst']:.6f}"
         lines.append(f"  {name:<50} {row['items_per_s']:9.1f} "
                      f"{row['seconds']['median']:9.3f} {ratio} {agree}")
     if base:
-        lines.append(f"  (× base: relative to {r.baseline}; agree: top answer equal to it)")
+        said = ("cosine: of each text's vector to its" if vectors
+                else "agree: top answer equal to it")
+        lines.append(f"  (× base: relative to {r.baseline}; {said})")
     return lines
 
 

@@ -15,6 +15,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from bertonnx.runtime.core.errors import InputError
 from bertonnx.runtime.core.tasks import task_record
 from bertonnx.runtime.core.tokenizer import load_tokenizer
@@ -39,6 +41,9 @@ class BenchOptions:
     pipeline_batch_sizes: tuple[int, ...] = (1, 8, 32)  # transformers pipeline: best one wins
     cold_repeats: int = 3
     cold_start: bool = True
+    # `bertonnx bench DIR`: the engines to time the export on, "all" (every one this machine
+    # runs it with) or engine:precision keys, comma-separated (runtime/core/engines.py)
+    engines: str = "all"
 
     def __post_init__(self):
         for name in ("texts", "repeats", "batch", "batch_seq", "cold_repeats"):
@@ -111,7 +116,21 @@ def _end_to_end(engines, options, workload, result, say) -> None:
         row = {"items_per_s": len(inputs) / s["median"], "seconds": s}
         if ref is not None and not task_record(workload.task).vector_output:
             row["agreement"] = sum(a == b for a, b in zip(answers[name], ref)) / len(ref)
+        elif ref is not None and _vectors(answers[name]) and _vectors(ref):
+            row["cosine"] = row_cosines(answers[name], ref)
         result.end_to_end[name] = row
+
+
+def _vectors(answers) -> bool:
+    return bool(answers) and all(a is not None and np.ndim(a) == 1 for a in answers)
+
+
+def row_cosines(got: list, ref: list) -> dict:
+    """Mean and worst cosine of each input's vector to the baseline's (vector tasks)."""
+    a = np.asarray(got, np.float64)
+    b = np.asarray(ref, np.float64)
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"mean": float(cos.mean()), "worst": float(cos.min())}
 
 
 def _forwards(engines) -> dict[str, Engine]:

@@ -37,7 +37,7 @@ from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand
 from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
-from . import fusion, graph, memory, parity, sentence, variants
+from . import engines, fusion, graph, memory, parity, sentence, variants
 from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
@@ -294,6 +294,8 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         del proto
         chosen = choose(job, box, model_path)
         quant, counts, figures = chosen.quantization, chosen.fused_ops, chosen.parity
+        # the same graph on the other engines this machine has, against the same torch outputs
+        on_engines = engines.judge(reference, model_path, options.quantize, say)
 
         size = graph.graph_bytes(model_path)
         quant["size"] = {"model_bytes": size, "unique_param_bytes": param_bytes,
@@ -304,7 +306,7 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
     manifest = Manifest(
         task=task, opset=options.opset, exporter=graph.EXPORTER, inputs=inputs, outputs=outputs,
         optimized=options.optimize, quantization=quant, fused_ops=counts, parity=figures,
-        config=summary, versions=_versions(),
+        engines=on_engines, config=summary, versions=_versions(),
         source=source, defaults=defaults, untrained_head=untrained, sentence_transformers=stack,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     manifest.write(tmp)

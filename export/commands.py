@@ -12,6 +12,7 @@ from bertonnx.runtime.core.cpu import TARGET_KINDS
 from bertonnx.runtime.core.errors import CheckFailed
 from bertonnx.runtime.core.postprocess import cosine_matrix
 
+from .engines import summary_lines
 from .int8.recipes import RECIPES
 from .precisions import PRECISIONS, summary_line
 
@@ -79,6 +80,8 @@ def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
                f"quantization {quantize}{made_for})")
     click.echo(f"fused ops: {_fused_line(manifest.fused_ops)}")
     click.echo(summary_line(manifest.parity))
+    for line in summary_lines(manifest.engines):
+        click.echo(line)
 
 
 

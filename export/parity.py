@@ -22,7 +22,8 @@ import torch
 
 from bertonnx.build import Bert
 from bertonnx.build.model import EncoderLayer
-from bertonnx.runtime.core.contract import FP16_ATOL, FP32_ATOL, INPUT_NAMES, PARITY_SHAPES
+from bertonnx.runtime.core.contract import (BF16_MIN_MEAN_COSINE, FP16_ATOL, FP32_ATOL,
+                                            INPUT_NAMES, PARITY_SHAPES)
 from bertonnx.runtime.core.tasks import OUTPUTS, TASKS
 from bertonnx.runtime.core.errors import ArtifactError
 from bertonnx.runtime.core.session import create_session
@@ -241,6 +242,36 @@ def compare_fp16(reference: Reference, sess) -> dict:
         del got
     return {"mode": "fp16", "rel_max_abs": rel, "reference_tolerance": FP16_ATOL,
             "within_reference_tolerance": bool(all(v <= FP16_ATOL for v in rel.values()))}
+
+
+def compare_cosine(reference: Reference, sess, *, gate: float = BF16_MIN_MEAN_COSINE) -> dict:
+    """bf16 arithmetic (runtime/core/engines.py): the cosine of each unpadded position's output
+    row (the last axis; a whole row of logits for outputs without one) to torch's, mean and
+    worst over the grid, and max |Δ|, per output; passed iff every output's mean >= gate."""
+    outputs = OUTPUTS[reference.task]
+    sums = {name: [0.0, 0] for name, _ in outputs}
+    worst = {name: 1.0 for name, _ in outputs}
+    delta = {name: 0.0 for name, _ in outputs}
+    for case in reference.cases:
+        got = _graph_outputs(sess, reference.task, case)
+        mask = case.inputs[1].numpy()
+        for (name, _), rows, g in zip(outputs, case.files, got):
+            for x, y in _pairs(rows, g, mask):
+                if not x.size:
+                    continue
+                x = x.reshape(-1, x.shape[-1]).astype(np.float64)
+                y = np.asarray(y, np.float64).reshape(x.shape)
+                delta[name] = max(delta[name], float(np.max(np.abs(x - y))))
+                norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+                cos = np.where(norms > 0, (x * y).sum(1) / np.where(norms > 0, norms, 1), 1.0)
+                sums[name][0] += float(cos.sum())
+                sums[name][1] += len(cos)
+                worst[name] = min(worst[name], float(cos.min()))
+        del got
+    mean = {name: (t / n if n else 1.0) for name, (t, n) in sums.items()}
+    passed = all(np.isfinite(v) and v >= gate for v in mean.values())
+    return {"mode": "cosine", "gate_mean_cosine": gate, "mean_cosine": mean,
+            "min_cosine": worst, "max_abs": delta, "passed": bool(passed)}
 
 
 def fp16_figures(model: Bert, sess, *, seed: int = 0) -> dict:

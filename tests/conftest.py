@@ -54,6 +54,12 @@ if _LIBC is not None and hasattr(_LIBC, "mallopt"):
     _LIBC.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
 
 
+# The engine every load in the suite runs (runtime/core/engines.py): the CPU provider, whose
+# fp32 answers the references are compared with at 1e-4, whatever this CPU is or the caller's
+# environment says. `auto` would run OpenVINO bf16 on an AMX CPU with the extra installed;
+# tests of the engines (tests/runtime/core/test_engines.py) name theirs or unset this.
+os.environ["BERTONNX_PROVIDERS"] = "cpu"
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _TRIM_STEP = 32 << 20   # RSS growth since the last trim that is worth a collection
 _trimmed_at = [0]

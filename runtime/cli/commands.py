@@ -46,8 +46,10 @@ def inference_options(f):
     f = click.option("--batch-size", type=click.IntRange(1, MAX_BATCH_SIZE), default=32,
                      show_default=True,
                      help="Sequences per onnxruntime call (length-sorted micro-batches).")(f)
-    f = click.option("--providers", default=None, metavar="LIST",
-                     help="Execution providers, e.g. cuda,cpu (default cpu).")(f)
+    f = click.option("--providers", default=None, metavar="ENGINE",
+                     help="Engine: auto (default: the fastest this CPU has that the export "
+                          "proved), cpu, openvino, openvino:bf16, openvino:f32, cuda, "
+                          "tensorrt, or onnxruntime providers as a list (cuda,cpu).")(f)
     f = click.option("--threads", type=click.IntRange(0, MAX_THREADS), default=None,
                      help="onnxruntime intra-op threads (default: onnxruntime's choice).")(f)
     return click.argument("folder", metavar="DIR", type=click.Path(path_type=Path))(f)

@@ -44,7 +44,8 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
 _FIELD_TYPES = {"task": str, "opset": int, "exporter": str, "inputs": dict, "outputs": dict,
                 "optimized": bool, "quantization": dict, "fused_ops": dict, "parity": dict,
                 "config": dict, "files": dict, "versions": dict, "source": str, "created": str,
-                "defaults": dict, "untrained_head": dict, "sentence_transformers": dict}
+                "defaults": dict, "untrained_head": dict, "sentence_transformers": dict,
+                "engines": dict}
 
 
 @dataclass
@@ -73,6 +74,11 @@ class Manifest:
     # {} for a head the checkpoint trained for `task`; else which weights were initialised
     # rather than loaded, or came from another task's head (runtime/core/untrained.py)
     untrained_head: dict = field(default_factory=dict)
+    # "engine:precision" -> the parity that engine passed (or failed) on this graph at export,
+    # beside the CPU provider's in `parity` (export/engines.py): `auto` runs an engine only
+    # where its entry passed (runtime/core/engines.py). A reader that ignores it runs the CPU
+    # provider, whose answers `parity` vouches for, so it needs no new schema version.
+    engines: dict = field(default_factory=dict)
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> str:

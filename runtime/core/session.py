@@ -14,16 +14,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from . import engines
 from .bounds import check_threads
 from .errors import ArtifactError, ConfigError
 
-# Short names users type (CLI `--providers cuda,cpu`) -> onnxruntime provider names.
-PROVIDER_ALIASES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "trt": "TensorrtExecutionProvider",
-}
 OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -44,35 +38,19 @@ def disabled_optimizers(providers) -> list[str]:
     return list(CPU_DISABLED_OPTIMIZERS) if list(providers) == ["CPUExecutionProvider"] else []
 
 
-def resolve_providers(providers: str | list[str] | tuple[str, ...] | None) -> list[str]:
-    """Map user names to onnxruntime providers; CPU by default, CPU always kept as fallback.
-
-    Asking for a provider this onnxruntime build lacks is an error, not a silent CPU run: the
-    user asked for a GPU and would otherwise measure the wrong thing.
-    """
-    if providers is None:
-        return ["CPUExecutionProvider"]
-    if isinstance(providers, str):
-        providers = [p for p in providers.split(",") if p.strip()]
-    available = ort.get_available_providers()
-    resolved = []
-    for p in providers:
-        name = PROVIDER_ALIASES.get(p.strip().lower(), p.strip())
-        if name not in available:
-            raise ConfigError(
-                f"execution provider {p!r} is not available in this onnxruntime "
-                f"(available: {', '.join(available)})",
-                "install onnxruntime-gpu for cuda/tensorrt, or use --providers cpu")
-        if name not in resolved:
-            resolved.append(name)
-    if "CPUExecutionProvider" not in resolved:
-        resolved.append("CPUExecutionProvider")
-    return resolved
+def resolve_providers(providers) -> list[str]:
+    """onnxruntime provider names for a concrete request (`cpu`, `cuda,cpu`, onnxruntime
+    names); CPU by default and always kept as the fallback (engines.py parses and checks)."""
+    choice = engines.parse(providers)
+    return list(choice.providers) if choice is not None else ["CPUExecutionProvider"]
 
 
 @dataclass(frozen=True)
 class SessionConfig:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    engine: str = "cpu"                 # engines.ENGINES: cpu | openvino | cuda | tensorrt
+    precision: str = "f32"              # the engine's float arithmetic: f32 | bf16
+    reason: str = "asked"               # why this engine (auto's rule, or the user asked)
     threads: int | None = None          # intra-op threads; None = onnxruntime's default
     optimization: str = "all"           # disable | basic | extended | all
     # The arena keeps its high-water mark for the session's life; export's parity runs turn it
@@ -124,8 +102,10 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     check_threads(threads)
-    config = SessionConfig(tuple(resolve_providers(providers)), threads, optimization,
-                           memory_arena, prepacking)
+    choice = providers if isinstance(providers, engines.Choice) else engines.choose(
+        providers or "cpu", quantization="none", engines={}, kind="")
+    config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
+                           threads, optimization, memory_arena, prepacking)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     opts.enable_cpu_mem_arena = memory_arena
@@ -139,15 +119,27 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
         opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
+    session_providers = list(config.providers)
+    if config.engine == "openvino":
+        # a plugin EP is added by device, not by name; a graph it cannot take whole is an
+        # error, not a silent split with the CPU provider (which the precision would not cover)
+        opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        opts.add_provider_for_devices(list(engines.openvino_devices()),
+                                      engines.openvino_options(config.precision, threads))
+        session_providers = None
     name = "the graph" if isinstance(model, bytes) else str(model)
     try:
         inner = ort.InferenceSession(model if isinstance(model, bytes) else str(model),
-                                     sess_options=opts, providers=list(config.providers),
+                                     sess_options=opts, providers=session_providers,
                                      disabled_optimizers=disabled_optimizers(config.providers))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/InvalidProtobuf types
         if "INVALID_PROTOBUF" in str(e):
             raise ArtifactError(f"{name} is not an ONNX model (truncated, or a foreign file)",
                                 "copy it again from the source, or export again") from e
+        if "fallback to CPU EP has been explicitly disabled" in str(e):
+            raise ConfigError(f"OpenVINO cannot run every op of {name} (a dynamic int8 "
+                              "graph's ops are onnxruntime's own)",
+                              "use an fp32 export with openvino, or --providers cpu") from e
         raise ArtifactError(f"onnxruntime cannot load {name} ({str(e).splitlines()[0][:200]})",
                             "export the model again") from e
     return Session(inner, config)

@@ -17,6 +17,7 @@ import pytest
 
 from bertonnx.runtime import load
 from bertonnx.runtime.cli import COMMANDS
+from bertonnx.runtime.core.engines import choose
 
 from tests.conftest import CLS, EMB, FM, NER, QA, family_spec
 from tests.runtime._compare import assert_same
@@ -121,7 +122,7 @@ def test_bench_from_the_wheel_without_torch(user_venv, tmp_path):
     r = _run([bin_ / "bertonnx", "bench", "default", "--quick", "--no-cold-start",
               "--texts", texts, "--json"], cwd=bin_)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx fp32 fused"]
+    assert list(json.loads(r.stdout)["end_to_end"]) == ["bertonnx fp32 fused"]  # no openvino extra there
 
 
 def _wheel_json(bin_, *argv):
@@ -196,3 +197,34 @@ def test_the_2020s_families_from_the_wheel(user_venv, tiny_export, model_type):
                             "--top-k", "2"),
                 pipes[QA](question=question, context=context, top_k=2))
     assert_same(_wheel_json(bin_, "embed", folders[EMB], *texts), pipes[EMB](texts))
+
+
+def test_the_openvino_extra_from_the_wheel(user_venv, tiny_export):
+    """Last in this module (it adds the extra to the user's venv, which the tests above see
+    without it): without the extra `--providers openvino` is one line naming it; with it, the
+    torch-free install runs the export on OpenVINO f32 with the checkout's CPU answers, and
+    `auto` picks what the export proved for this CPU."""
+    bin_, _ = user_venv
+    folder = tiny_export(EMB, parity=True)
+    texts = ["the cat sat on the mat", "london music"]
+    r = _run([bin_ / "bertonnx", "embed", folder, *texts, "--providers", "openvino"], cwd=bin_)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("bertonnx: error: the openvino engine needs the openvino extra "
+                                "— pip install 'bertonnx[openvino]'"), r.stderr
+    wheel = next((bin_.parents[1] / "dist").glob("*.whl"))
+    pip = _run([bin_ / "python", "-m", "pip", "install", "--quiet", f"{wheel}[openvino]"],
+               cwd=bin_)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    want = load(folder, providers="cpu")(texts)
+    assert_same(_wheel_json(bin_, "embed", folder, *texts, "--providers", "openvino:f32"), want)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "BERTONNX_PROVIDERS")}
+    auto = subprocess.run([str(bin_ / "python"), "-c",
+                           "import sys; from bertonnx.runtime import load; "
+                           "p = load(sys.argv[1]); c = p.session.config; "
+                           "print(c.engine, c.precision)", str(folder)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert auto.returncode == 0, auto.stderr[-2000:]
+    record = load(folder).folder.manifest.engines
+    expected = choose("auto", quantization="none", engines=record).key.replace(":", " ")
+    assert auto.stdout.strip() == expected

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import engines
 from ..cpu import warn_if_other_cpu
 from ..defaults import resolve_export
 from ..errors import ConfigError, TaskMismatchError
@@ -46,8 +47,10 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     by Optimum or for transformers.js (runtime/core/foreign.py) is served as it is, with a warning
     that no parity report vouches for it; its task is config.json's `architectures` or `task`.
 
-    `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers`
-    ("cpu", "cuda", "tensorrt" or onnxruntime names, a list or comma-separated) default to CPU.
+    `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers` is
+    the engine: "auto" (default: the fastest this CPU has that the export proved at export),
+    "cpu", "openvino", "openvino:bf16", "openvino:f32", "cuda", "tensorrt", or onnxruntime
+    provider names (a list or comma-separated) — runtime/core/engines.py.
     """
     if task is not None:
         task = TASK_ALIASES.get(task, task)
@@ -60,7 +63,10 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
         raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
                                 f"export the model with --task {task}, or use the "
                                 f"`bertonnx {TASKS[manifest.task].command}` command")
-    session = create_session(folder.model_path, providers=providers, threads=threads,
+    # the engine: as asked, or `auto`'s pick for this CPU among those the export proved
+    choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
+                            engines=manifest.engines, where=str(path))
+    session = create_session(folder.model_path, providers=choice, threads=threads,
                              optimization=optimization)
     if folder.foreign is not None:
         check_inputs(folder.foreign, session.inner.get_inputs())

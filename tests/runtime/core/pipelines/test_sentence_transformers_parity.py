@@ -32,7 +32,10 @@ from bertonnx.runtime.core.contract import MANIFEST_NAME
 from bertonnx.runtime.core.errors import ArtifactError, InputError
 from bertonnx.runtime.core.tasks import POOLING_MODES
 
+from bertonnx.runtime.core.contract import BF16_MIN_MEAN_COSINE
+
 from tests.conftest import EMB, make_foreign_export
+from tests.runtime._engines import BF16, EXACT, NO_BF16
 from tests.runtime.core.pipelines._st_folders import save_v5, to_classic
 
 ATOL = 1e-4
@@ -74,10 +77,11 @@ def close(ours, theirs) -> None:
     np.testing.assert_allclose(np.asarray(ours), theirs, rtol=0, atol=ATOL)
 
 
+@pytest.mark.parametrize("engine", EXACT)
 @pytest.mark.parametrize("name", ["v5", "classic"])
-def test_a_folder_embeds_as_sentence_transformers_does(folders, name):
+def test_a_folder_embeds_as_sentence_transformers_does(folders, name, engine):
     src, onnx = folders[name]
-    pipe, st = load(onnx), SentenceTransformer(str(src), device="cpu")
+    pipe, st = load(onnx, providers=engine), SentenceTransformer(str(src), device="cpu")
     assert pipe.defaults["pooling"] == "cls+mean" and pipe.max_length == 20
     # sentence-transformers 5 gives every model a "query" and a "document" prompt
     assert pipe.dimension == 16 and pipe.prompts == {"document": "", **PROMPTS}
@@ -171,12 +175,20 @@ def test_a_folder_made_elsewhere_reads_the_same_modules(folders, tmp_path):
     close(load(tmp_path / "adopted")(TEXTS, prompt_name="doc"), want)
 
 
-@pytest.mark.slow
-def test_minilm_embeds_as_sentence_transformers_does(minilm_dir, tmp_path):
-    """The real all-MiniLM-L6-v2 (v2-v4 format: mean pooling, Normalize, max_seq_length 256)."""
-    m = export_model(minilm_dir, EMB, tmp_path / "onnx", ExportOptions(parity=False))
+@pytest.fixture(scope="module")
+def minilm_export(minilm_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("minilm") / "onnx"
+    m = export_model(minilm_dir, EMB, out, ExportOptions(parity=False))
     assert m.defaults == {"normalize": True, "pooling": "mean"}     # its 2_Normalize module
-    pipe, st = load(tmp_path / "onnx"), SentenceTransformer(str(minilm_dir), device="cpu")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", EXACT)
+def test_minilm_embeds_as_sentence_transformers_does(minilm_dir, minilm_export, engine):
+    """The real all-MiniLM-L6-v2 (v2-v4 format: mean pooling, Normalize, max_seq_length 256)."""
+    pipe = load(minilm_export, providers=engine)
+    st = SentenceTransformer(str(minilm_dir), device="cpu")
     texts = ["A man is playing a guitar.", "The new movie is awesome!",
              " ".join(["Sentence embeddings are truncated at 256 word pieces."] * 40), "Hi"]
     assert pipe.max_length == 256 and pipe.dimension == 384
@@ -185,3 +197,18 @@ def test_minilm_embeds_as_sentence_transformers_does(minilm_dir, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     close(pipe(texts, prompt="query: ", return_tensors=True),
           st.encode(texts, prompt="query: "))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BF16, reason=NO_BF16)
+def test_minilm_in_bf16_is_within_its_gate_of_sentence_transformers(minilm_dir, minilm_export):
+    """OpenVINO bf16 (what `auto` runs on AMX): every text's vector at cosine >= the bf16 gate
+    of sentence-transformers' fp32 one, on prose of many lengths in padded batches."""
+    texts = [" ".join(["Sentence embeddings of longer passages drift further in bf16."] * n)
+             for n in (1, 3, 9, 30)] + ["A man is playing a guitar.", "Hi", "The new movie!"]
+    got = load(minilm_export, providers="openvino:bf16")(texts, return_tensors=True,
+                                                         batch_size=4)
+    want = st_vectors = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(st_vectors, axis=1)
+    assert cos.mean() >= BF16_MIN_MEAN_COSINE, cos
+    assert np.abs(got - want).max() > 1e-6           # bf16 did run: not the f32 answers

@@ -1,0 +1,242 @@
+"""Engines: which runtime runs an export's graph, at which precision, and the one `auto` picks
+for the CPU at hand. The session factory (session.py) reads this table; nothing else knows an
+engine by name.
+
+    cpu       onnxruntime's CPU kernels (MLAS): every graph (fp32, dynamic int8, fp16 widened)
+    openvino  Intel's OpenVINO through onnxruntime's plugin (`pip install 'bertonnx[openvino]'`,
+              onnxruntime-ep-openvino): fp32 graphs, at f32 or bf16 (AMX-BF16, AVX512-BF16);
+              the fused graph's com.microsoft ops (Attention, EmbedLayerNormalization, BiasGelu)
+              all run there, so one graph serves both engines (docs/engines.md)
+    cuda, tensorrt   onnxruntime-gpu's providers
+
+What users type (`providers=`, `--providers`, else the environment's BERTONNX_PROVIDERS, else
+`auto`): `auto`, an engine, `ENGINE:PRECISION` (`openvino:bf16`), or
+onnxruntime provider names as a list (`cuda,cpu`). `auto` is never less accurate than the export
+proved: it takes a faster engine only where the manifest records that engine and precision
+passing its gate at export (`Manifest.engines`; gates in contract.py).
+
+Why OpenVINO: onnxruntime's CPU provider has no bf16 arithmetic on x86 (microsoft/onnxruntime
+#20630, #19937). On a 2-core Intel Xeon with AMX, all-MiniLM-L6-v2's fused graph, batch 32 x
+128, 2 threads: 462 ms on the CPU provider, 314 ms on OpenVINO f32, 98 ms on OpenVINO bf16 at
+token cosine 0.99998 (mean) to fp32 — docs/engines.md has the end-to-end figures.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import onnxruntime as ort
+
+from .contract import BF16_MIN_MEAN_COSINE
+from .cpu import this_kind
+from .errors import ConfigError
+from .once import first_time
+
+log = logging.getLogger("bertonnx")
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str                     # what users type
+    provider: str                 # onnxruntime's execution provider
+    precisions: tuple[str, ...]   # float arithmetic it offers; the first is its exact one
+    extra: str | None = None      # the bertonnx extra that installs it
+    plugin: str | None = None     # Python module of an EP plugin library (registered once)
+    install: str = ""             # how to get it, for the one-line error
+
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (
+    Engine("cpu", "CPUExecutionProvider", ("f32",)),
+    Engine("openvino", "OpenVINOExecutionProvider", ("f32", "bf16"), extra="openvino",
+           plugin="onnxruntime_ep_openvino", install="pip install 'bertonnx[openvino]'"),
+    Engine("cuda", "CUDAExecutionProvider", ("f32",), install="pip install onnxruntime-gpu"),
+    Engine("tensorrt", "TensorrtExecutionProvider", ("f32",),
+           install="pip install onnxruntime-gpu tensorrt"),
+)}
+ALIASES = {"trt": "tensorrt"}
+ENVIRONMENT = "BERTONNX_PROVIDERS"
+PROVIDER_ENGINES = {e.provider: e.name for e in ENGINES.values()}
+
+# What `auto` tries on each kind of CPU (cpu.py target_kind), best first; the first whose
+# conditions hold (extra installed, fp32 graph, the manifest's gate passed) runs. Elsewhere the
+# CPU provider: on AVX2 and AVX-512 VNNI it is bertonnx's measured fastest (BENCHMARKS.md).
+AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
+    "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
+}
+DEFAULT_AUTO = (("cpu", "f32"),)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The engine and precision a session runs with, and why (shown by `bench`, `/info`)."""
+    engine: str
+    precision: str
+    reason: str = "asked"
+    providers: tuple[str, ...] = ()   # onnxruntime provider list (engines without a plugin)
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine}:{self.precision}"
+
+
+def engine(name: str) -> Engine:
+    name = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if name not in ENGINES:
+        raise ConfigError(f"unknown engine {name!r}",
+                          f"use auto, {', '.join(ENGINES)} or ENGINE:PRECISION "
+                          "(e.g. openvino:bf16)")
+    return ENGINES[name]
+
+
+def parse(spec) -> Choice | None:
+    """A user's `providers` as a concrete Choice, or None for `auto` (decided by `choose`)."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "auto")):
+        return None
+    parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec) if p.strip()]
+    if len(parts) == 1 and ":" in parts[0]:
+        name, _, prec = parts[0].partition(":")
+        e = engine(name)
+        if prec not in e.precisions:
+            raise ConfigError(f"engine {e.name} has no precision {prec!r}",
+                              f"use one of {', '.join(e.precisions)}")
+        return _checked(Choice(e.name, prec, providers=(e.provider,)))
+    names = [PROVIDER_ENGINES.get(p, None) or engine(p).name for p in parts]
+    if "openvino" in names:
+        if len(set(names) - {"cpu"}) > 1:
+            raise ConfigError("openvino runs a graph alone", "ask for openvino, or for others")
+        return _checked(Choice("openvino", "", providers=(ENGINES["openvino"].provider,)))
+    providers = tuple(dict.fromkeys([ENGINES[n].provider for n in names] +
+                                    ["CPUExecutionProvider"]))
+    return _checked(Choice(names[0], "f32", providers=providers))
+
+
+def _checked(choice: Choice) -> Choice:
+    """The choice if this process can run it; one line naming the install otherwise."""
+    e = ENGINES[choice.engine]
+    if e.plugin:
+        openvino_devices()  # raises the one-line error when the extra is missing
+        if choice.precision == "bf16" and not has_bf16():
+            raise ConfigError("this CPU has no bf16 arithmetic (AMX-BF16 or AVX512-BF16): "
+                              "OpenVINO would run f32", "use --providers openvino:f32")
+        return choice
+    available = ort.get_available_providers()
+    for p in choice.providers:
+        if p not in available:
+            owner = ENGINES[PROVIDER_ENGINES[p]]
+            raise ConfigError(f"execution provider {owner.name!r} is not available in this "
+                              f"onnxruntime (available: {', '.join(available)})",
+                              f"{owner.install}, or use --providers cpu")
+    return choice
+
+
+@functools.cache
+def openvino_devices() -> tuple:
+    """onnxruntime's OpenVINO CPU device, the plugin registered on first use (once per
+    process: onnxruntime refuses a second registration of the same name)."""
+    e = ENGINES["openvino"]
+    try:
+        module = importlib.import_module(e.plugin)
+    except ImportError:
+        raise ConfigError("the openvino engine needs the openvino extra", e.install) from None
+    if not hasattr(ort, "register_execution_provider_library"):
+        raise ConfigError(f"onnxruntime {ort.__version__} cannot load execution provider "
+                          "plugins (1.23 or newer can)", "pip install -U onnxruntime")
+    if not any(d.ep_name == e.provider for d in ort.get_ep_devices()):
+        try:
+            ort.register_execution_provider_library(e.provider, module.get_library_path())
+        except Exception as err:  # a broken or foreign-ABI plugin
+            raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
+                              f"({str(err).splitlines()[0][:160]})",
+                              "pip install -U onnxruntime onnxruntime-ep-openvino") from err
+    devices = tuple(d for d in ort.get_ep_devices()
+                    if d.ep_name == e.provider and d.ep_metadata.get("ov_device") == "CPU"
+                    and "ov_meta_device" not in d.ep_metadata)
+    if not devices:
+        raise ConfigError("OpenVINO found no CPU device it supports here",
+                          "use --providers cpu")
+    return devices
+
+
+def has_bf16() -> bool:
+    """Whether OpenVINO computes in bf16 here (it runs f32 when asked for bf16 otherwise)."""
+    caps = openvino_devices()[0].ep_metadata.get("OPTIMIZATION_CAPABILITIES", "")
+    return "BF16" in caps.split()
+
+
+def installed(name: str) -> bool:
+    try:
+        if ENGINES[name].plugin:
+            openvino_devices()
+            return True
+        return ENGINES[name].provider in ort.get_available_providers()
+    except ConfigError:
+        return False
+
+
+def runnable(quantization: str) -> list[str]:
+    """`engine:precision` keys this process can run a graph of `quantization` with ("none":
+    fp32), the CPU provider first: what `bertonnx bench DIR` times side by side."""
+    keys = ["cpu:f32"]
+    if quantization == "none" and installed("openvino"):
+        keys += ["openvino:f32"] + (["openvino:bf16"] if has_bf16() else [])
+    return keys
+
+
+def openvino_options(precision: str, threads: int | None) -> dict[str, str]:
+    """The plugin's provider options: OpenVINO's own settings go in its `load_config`."""
+    cpu = {"INFERENCE_PRECISION_HINT": precision}
+    if threads:
+        cpu["INFERENCE_NUM_THREADS"] = str(threads)
+    return {"load_config": json.dumps({"CPU": cpu})}
+
+
+def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
+           kind: str | None = None) -> Choice:
+    """The Choice for a graph: `spec` as asked, or for `auto` the first row of AUTO for this CPU
+    whose engine is installed and whose precision the manifest's `engines` records as passing
+    its gate on this graph (an fp32 graph: `quantization` "none")."""
+    kind = this_kind() if kind is None else kind
+    if spec is None:  # a deployment's (or a test suite's) choice for every load in the process
+        spec = os.environ.get(ENVIRONMENT) or "auto"
+    asked = parse(spec)
+    if asked is not None:
+        if asked.engine == "openvino" and not asked.precision:
+            # plain `openvino`: bf16 where it computes bf16 and the export proved it, else f32
+            bf16 = has_bf16() and _passed(engines, "openvino:bf16")
+            return Choice("openvino", "bf16" if bf16 else "f32", "asked",
+                          asked.providers)
+        return asked
+    for name, prec in AUTO.get(kind, DEFAULT_AUTO):
+        if name == "cpu":
+            _advise(kind, quantization, engines, where)
+            return Choice("cpu", prec, f"auto: {kind or 'this'} CPU",
+                          (ENGINES["cpu"].provider,))
+        if quantization != "none" or not _passed(engines, f"{name}:{prec}"):
+            continue
+        if not installed(name) or (prec == "bf16" and not has_bf16()):
+            continue
+        return Choice(name, prec, f"auto: {kind} CPU, {name}:{prec} passed its gate at export",
+                      (ENGINES[name].provider,))
+    return Choice("cpu", "f32", "auto", (ENGINES["cpu"].provider,))
+
+
+def _passed(engines: dict, key: str) -> bool:
+    return bool(engines.get(key, {}).get("passed"))
+
+
+def _advise(kind: str | None, quantization: str, engines: dict, where: str) -> None:
+    """One INFO line per process where a faster exact engine is one step away."""
+    if kind != "amx" or quantization != "none" or not first_time("engine-advice", kind):
+        return
+    if not installed("openvino"):
+        log.info("this CPU has AMX: OpenVINO bf16 runs fp32 exports about 4x faster "
+                 "model-only at mean cosine >= %s to fp32 (docs/engines.md) — %s",
+                 BF16_MIN_MEAN_COSINE, ENGINES["openvino"].install)
+    elif "openvino:bf16" not in engines:
+        log.info("%s has no OpenVINO parity record, so auto keeps onnxruntime's CPU kernels — "
+                 "export it again with bertonnx[openvino] installed, or pass "
+                 "--providers openvino:bf16", where)

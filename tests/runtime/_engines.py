@@ -1,0 +1,19 @@
+"""The engines a reference test runs the same comparison on (runtime/core/engines.py): the CPU
+provider always, OpenVINO f32 (same tolerance) where the extra is installed; bf16 has its own
+gate (a cosine, contract.BF16_MIN_MEAN_COSINE), so tests name it where they check it."""
+from __future__ import annotations
+
+import pytest
+
+from bertonnx.runtime.core import engines
+
+OPENVINO = engines.installed("openvino")
+NO_OPENVINO = "the openvino extra is not installed (pip install 'bertonnx[openvino]')"
+BF16 = OPENVINO and engines.has_bf16()
+NO_BF16 = (NO_OPENVINO if not OPENVINO else
+           "this CPU has no bf16 arithmetic (AMX-BF16 or AVX512-BF16): OpenVINO would run f32")
+
+# exact engines: every fp32 tolerance holds on each
+EXACT = [pytest.param("cpu", id="cpu"),
+         pytest.param("openvino:f32", id="openvino-f32",
+                      marks=pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO))]

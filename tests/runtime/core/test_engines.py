@@ -1,0 +1,169 @@
+"""runtime/core/engines.py: what `--providers` accepts, what `auto` picks on each kind of CPU
+(never an engine the export did not prove), OpenVINO's answers against the CPU provider's on
+every task over padded batches, and the one-line errors."""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from bertonnx.runtime import load
+from bertonnx.runtime.core import engines, once
+from bertonnx.runtime.core.contract import BF16_MIN_MEAN_COSINE, FP32_ATOL, MANIFEST_NAME
+from bertonnx.runtime.core.errors import ConfigError
+
+from tests.conftest import CLS, EMB, FM, NER, QA, cli_without
+from tests.runtime._engines import BF16, NO_BF16, NO_OPENVINO, OPENVINO
+
+needs_openvino = pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
+RECORD = {"openvino:f32": {"passed": True}, "openvino:bf16": {"passed": True}}
+
+
+@pytest.mark.parametrize("spec, key", [("cpu", "cpu:f32"), ("CPU", "cpu:f32"),
+                                       ("CPUExecutionProvider", "cpu:f32")])
+def test_the_cpu_provider_by_any_of_its_names(spec, key):
+    assert engines.parse(spec).key == key
+    assert engines.parse(spec).providers == ("CPUExecutionProvider",)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("tpu", "unknown engine 'tpu' — use auto, cpu, openvino, cuda, tensorrt or "
+            "ENGINE:PRECISION (e.g. openvino:bf16)"),
+    ("openvino:fp8", "engine openvino has no precision 'fp8' — use one of f32, bf16"),
+    ("cpu:bf16", "engine cpu has no precision 'bf16' — use one of f32"),
+    ("cuda", "execution provider 'cuda' is not available in this onnxruntime"),
+])
+def test_bad_engines_are_one_line(spec, message):
+    with pytest.raises(ConfigError) as e:
+        engines.parse(spec)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("spec", [None, "auto", "AUTO", ""])
+def test_auto_is_decided_later(spec):
+    assert engines.parse(spec) is None
+
+
+@pytest.mark.parametrize("kind", ["avx2", "avx512", "avx512-vnni", ""])  # "": Arm, old x86
+def test_auto_keeps_the_cpu_provider_where_it_is_measured_fastest(kind, monkeypatch):
+    monkeypatch.delenv(engines.ENVIRONMENT)
+    c = engines.choose(None, quantization="none", engines=RECORD, kind=kind)
+    assert c.key == "cpu:f32" and c.reason.startswith("auto")
+
+
+@needs_openvino
+def test_auto_on_amx_takes_openvino_only_where_the_export_proved_it(monkeypatch):
+    monkeypatch.delenv(engines.ENVIRONMENT)
+    pick = lambda record, q="none": engines.choose(None, quantization=q, engines=record,  # noqa
+                                                   kind="amx").key
+    assert pick(RECORD) == ("openvino:bf16" if BF16 else "openvino:f32")
+    # bf16 failed its gate: the exact OpenVINO, not the less accurate one
+    assert pick({**RECORD, "openvino:bf16": {"passed": False}}) == "openvino:f32"
+    assert pick({}) == "cpu:f32"                       # no record: an export made without it
+    assert pick(RECORD, "int8") == "cpu:f32"           # OpenVINO runs none of its ops
+    # what the user asks for wins over auto; plain `openvino` takes the best proved precision
+    assert engines.choose("cpu", quantization="none", engines=RECORD, kind="amx").key == "cpu:f32"
+    assert engines.choose("openvino", quantization="none", engines={}, kind="amx").key == \
+        "openvino:f32"
+
+
+def test_amx_without_a_record_says_what_it_would_gain_once(monkeypatch, caplog):
+    monkeypatch.delenv(engines.ENVIRONMENT)
+    monkeypatch.setattr(once, "_given", set())
+    with caplog.at_level(logging.INFO, logger="bertonnx"):
+        for _ in range(3):
+            assert engines.choose(None, quantization="none", engines={}, kind="amx",
+                                  where="exp").key == "cpu:f32"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    if OPENVINO:
+        assert lines[0].startswith("exp has no OpenVINO parity record")
+    else:
+        assert "pip install 'bertonnx[openvino]'" in lines[0]
+
+
+def test_the_environment_sets_the_default_and_an_argument_wins(monkeypatch):
+    monkeypatch.setenv(engines.ENVIRONMENT, "cpu")
+    assert engines.choose(None, quantization="none", engines=RECORD, kind="amx").key == "cpu:f32"
+    monkeypatch.setenv(engines.ENVIRONMENT, "tpu")
+    with pytest.raises(ConfigError, match="unknown engine 'tpu'"):
+        engines.choose(None, quantization="none", engines={}, kind="amx")
+
+
+def test_without_the_extra_openvino_is_one_line_naming_it(tiny_export):
+    r = cli_without(("onnxruntime_ep_openvino",), "embed", tiny_export(EMB), "a cat",
+                    "--providers", "openvino")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("bertonnx: error: the openvino engine needs the openvino "
+                                "extra — pip install 'bertonnx[openvino]'"), r.stderr
+
+
+# -- OpenVINO against the CPU provider --------------------------------------------------------
+
+def _feeds(session, batch, seq, seed):
+    """Right-padded random batches (row lengths 1..seq), the inputs the graph declares."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, 60, (batch, seq))
+    mask = np.zeros((batch, seq), np.int64)
+    for i, n in enumerate(rng.integers(1, seq + 1, batch)):
+        mask[i, :n] = 1
+    ids[mask == 0] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+@needs_openvino
+@pytest.mark.parametrize("name", [FM, CLS, QA, NER, EMB])
+def test_openvino_f32_gives_the_cpu_providers_outputs(tiny_export, name):
+    """Every output, unpadded positions, over batch×seq shapes with padding: within the fp32
+    tolerance of the CPU provider's (both are held to it against torch at export)."""
+    cpu, ov = (load(tiny_export(name), providers=p) for p in ("cpu", "openvino:f32"))
+    assert ov.session.config.engine == "openvino" and ov.session.config.precision == "f32"
+    for seed, (b, s) in enumerate([(1, 1), (1, 7), (3, 5), (4, 33), (7, 16), (2, 64)]):
+        feeds = _feeds(cpu.session, b, s, seed)
+        want, got = cpu.session.run(feeds), ov.session.run(feeds)
+        keep = feeds["attention_mask"].astype(bool)
+        for name_ in want:
+            w, g = want[name_], got[name_]
+            if w.ndim >= 2 and w.shape[1] == s:   # a sequence axis: unpadded positions only
+                w, g = w[keep], g[keep]
+            assert np.abs(w - g).max() <= FP32_ATOL, (name_, b, s)
+
+
+@needs_openvino
+def test_the_export_records_each_engines_parity(tiny_export):
+    record = json.loads((tiny_export(CLS, parity=True) / MANIFEST_NAME).read_text())["engines"]
+    f32 = record["openvino:f32"]
+    assert f32["passed"] and max(f32["max_abs"].values()) <= FP32_ATOL
+    assert len(f32["shapes"]) > 5            # the whole grid, padded rows included
+    bf16 = record["openvino:bf16"]
+    if BF16:
+        assert bf16["mode"] == "cosine" and bf16["gate_mean_cosine"] == BF16_MIN_MEAN_COSINE
+        assert bf16["passed"] == all(v >= BF16_MIN_MEAN_COSINE
+                                     for v in bf16["mean_cosine"].values())
+    else:
+        assert not bf16["passed"] and "no bf16 arithmetic" in bf16["note"]
+
+
+@pytest.mark.skipif(not BF16, reason=NO_BF16)
+def test_bf16_embeddings_stay_within_the_gate_and_differ_from_f32(tiny_export):
+    """bf16 really runs (the vectors move) and stays within its gate of the exact ones."""
+    texts = ["the cat sat on the mat", "a dog", "paris is a city in france " * 5]
+    exact = load(tiny_export(EMB), providers="cpu")(texts, return_tensors=True)
+    half = load(tiny_export(EMB), providers="openvino:bf16")(texts, return_tensors=True)
+    cos = (exact * half).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(half, axis=1)
+    assert cos.min() >= BF16_MIN_MEAN_COSINE and np.abs(exact - half).max() > 1e-6
+
+
+@needs_openvino
+def test_an_int8_graph_on_openvino_is_one_line(tiny_checkpoint, tmp_path):
+    from bertonnx.export import ExportOptions, export_model
+
+    export_model(tiny_checkpoint(CLS), CLS, tmp_path / "q",
+                 ExportOptions(quantize="int8", parity=False))
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path / "q", providers="openvino")
+    assert str(e.value).startswith("OpenVINO cannot run every op of") and "\n" not in str(e.value)
+    # auto never sends it there
+    assert load(tmp_path / "q", providers="auto").session.config.engine == "cpu"
