@@ -17,23 +17,24 @@ list of those; `parameters` are the pipeline's keyword arguments. Concurrent req
 identical parameters are merged into one pipeline call by `batching.DynamicBatcher`.
 
 Errors are JSON `{"error": ..., "type": ...}`: 400 for malformed JSON, wrong shapes, unknown or
-bad parameters (named, checked by type and range by the task's own table) and too many
-answers, 408 for headers or bodies too slow, 413 past a size limit (body, inputs, tokens,
-context characters; each names its flag), 503 while loading, past --max-connections, or when
-the drain timeout cuts a request; a 500 names an id that is in the server log and never
-carries a traceback. A client that hangs up is counted apart (never a 5xx) and its queued work
-is dropped. SIGTERM stops accepting connections, answers every request already received, and
-exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
+bad parameters (named, checked by type and range by the task's own table) and too many answers,
+401 without a key of --api-key (every route but the probes; auth.py), 408 for headers or bodies
+too slow, 413 past a size limit (body, inputs, tokens, context characters; each names its flag),
+429 past --max-queued-inputs, 503 while loading, past --max-connections, past
+--request-timeout-s, or when the drain timeout cuts a request; a 500 names an id that is in the
+server log and never carries a traceback. A client that hangs up is counted apart (never a
+5xx) and its queued work is dropped. SIGTERM stops accepting connections, answers every request
+already received, and exits 0 — or 1 if --drain-timeout-s cut some (they got 503).
 
-Files: settings.py (ServeOptions, Limits, Timeouts), protocol.py (requests in, JSON out,
-client errors, limits), batching.py (the dynamic batcher), metrics.py (Prometheus text),
-app.py (the Starlette app and its route table), endpoints.py (a route's record: the tasks
-that serve it, its OpenAPI entry), wire.py (how an inference route reads requests and writes
-answers; /predict's, openai.py's, v2.py's; each task's v2 tensors are its pipeline's),
-connections.py (header deadline and connection cap on uvicorn's
-h11 protocol), process.py (socket + descriptor limit + uvicorn + signals), commands.py (the
-click command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the
-`ray` extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
+Files: settings.py (ServeOptions, Limits, Timeouts, Backpressure, Access), auth.py (API keys),
+protocol.py (requests in, JSON out, client errors, limits), batching.py (the dynamic batcher),
+metrics.py (Prometheus text), app.py (the Starlette app and its route table), endpoints.py (a
+route's record: the tasks that serve it, its OpenAPI entry), wire.py (how an inference route
+reads requests and writes answers; /predict's, openai.py's, v2.py's; each task's v2 tensors are
+its pipeline's), connections.py (header deadline and connection cap on uvicorn's h11 protocol),
+process.py (socket + descriptor limit + uvicorn and its TLS + signals), commands.py (the click
+command); with `--ray ADDRESS`, ray_serve.py (the app as a Ray Serve deployment, the `ray`
+extra) and relay.py (one HTTP exchange carried to a replica and played into the app).
 """
 from .protocol import ClientError, allowed_parameters, parse_request
 from .settings import Limits, RayOptions, ServeOptions, Timeouts

@@ -10,10 +10,14 @@ dynamic batcher (batching.py), which calls the pipeline.
 An inference request (/predict, /v1/embeddings, /v2/models/{name}/infer: `infer`, each route
 with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s:
 408), judged whole before it is queued (protocol.Prepared: 400/413 naming the parameter or the
-limit), and while it waits for the model its connection is watched: a client that goes away is
-counted apart (not a 5xx) and its queued work is dropped. On SIGTERM (process.py calls
-`begin_drain`) the server answers what it has; what is still unanswered --drain-timeout-s later
-gets 503 and the exit status 1.
+limit), admitted only while the inputs held for the model stay within --max-queued-inputs (429
+with Retry-After otherwise, before its inputs are tokenized), and while it waits for the model
+its connection is watched: a client that goes away is counted apart (not a 5xx) and its queued
+work is dropped; one not answered within --request-timeout-s of its arrival gets 503 and its
+work not yet started is dropped, never computed (admission.py). With --api-key, every
+route but the probes needs the key first (auth.py, around the whole app). On SIGTERM
+(process.py calls `begin_drain`) the server answers what it has; what is still unanswered
+--drain-timeout-s later gets 503 and the exit status 1.
 """
 from __future__ import annotations
 
@@ -28,12 +32,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..core.errors import ArtifactError, BertOnnxError
 from . import cohere, openai, openapi, tei_routes, v2
+from .admission import Admission, ClientGone
+from .auth import RequireApiKey, open_paths
 from .batching import DynamicBatcher
 from .metrics import Metrics
 from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
@@ -45,14 +52,6 @@ from .wire import PREDICT, Wire
 _INLINE_CHARS = 2_000
 
 log = logging.getLogger("bertonnx.serve")
-
-
-class ClientGone(Exception):
-    """The client closed its connection before its answer: nothing is owed, nothing is sent."""
-
-    def __init__(self, stage: str):
-        super().__init__(stage)
-        self.stage = stage
 
 
 @dataclass
@@ -111,6 +110,9 @@ class _Handlers:
     def __init__(self, state: _State, loader):
         self.state, self.options = state, state.options
         self.loader = loader or self.load
+        pressure = self.options.backpressure
+        self.admission = Admission(pressure.cap(self.options.batch, self.options.limits),
+                                   pressure.request_timeout_s, state.metrics)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -204,6 +206,9 @@ class _Handlers:
         BertOnnxError / ClientGone."""
         state, options = self.state, self.options
         pipe = state.pipeline
+        admission = self.admission
+        deadline = admission.deadline()
+        admission.make_room(1)   # full already: 429 before the body is even read
         key = id(request)
         state.reading[key] = time.monotonic()
         try:
@@ -212,29 +217,16 @@ class _Handlers:
             if call.parsed is None:   # answered without the model
                 return await _inline_or_thread(len(body), wire.respond, None, call, None)
             prepared = Prepared.check(pipe, call.parsed, options.limits)
-            work = await _inline_or_thread(len(body), wire.price, prepared, pipe,
-                                           options.limits, call)
+            parts = prepared.cut(options.batch.part)
+            with admission.admitted(sum(size for _, size in parts)):   # before tokenizing
+                work = await _inline_or_thread(len(body), wire.price, prepared, pipe,
+                                               options.limits, call)
+                state.reading.pop(key, None)   # queued from here: no longer arriving
+                results = await admission.until_answered(
+                    request, state.batcher.submit_parts(parts, prepared.params), deadline)
         finally:
             state.reading.pop(key, None)
-        parts = prepared.cut(options.batch.part)
-        results = await self.until_answered(request,
-                                            state.batcher.submit_parts(parts, prepared.params))
         return wire.respond(prepared.answer(pipe, results), call, work)
-
-    async def until_answered(self, request, work):
-        """`work`'s result, unless the client hangs up first: then ClientGone, and the work
-        is cancelled (the batcher drops what has not started)."""
-        task = asyncio.ensure_future(work)
-        watch = asyncio.ensure_future(_disconnected(request))
-        try:
-            done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                return task.result()
-            raise ClientGone("waiting")
-        finally:
-            for t in (task, watch):
-                if not t.done():
-                    t.cancel()
 
     async def predict(self, request):
         return await self.infer(request, PREDICT)
@@ -310,7 +302,8 @@ class _Handlers:
     async def metrics(self, request):
         state = self.state
         text = state.metrics.render(ready=state.ready,
-                                    queued=state.batcher.queued if state.batcher else 0)
+                                    queued=state.batcher.queued if state.batcher else 0,
+                                    inputs=self.admission.pending)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def http_error(self, request, exc):
@@ -341,13 +334,6 @@ async def _inline_or_thread(size: int, fn, *args):
     return fn(*args)
 
 
-async def _disconnected(request) -> None:
-    """Returns once the client has closed the connection (the body is read by then, so the
-    only message left to receive is http.disconnect)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                loader=None, on_fatal=None):
     """The Starlette app; the model loads in the background once it starts.
@@ -355,6 +341,7 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     `loader()` returns the pipeline (default: `bertonnx.runtime.load` on model_dir with the
     options' providers/threads); `on_fatal()` is called if loading fails."""
     h = _Handlers(_State(Path(model_dir), options, on_fatal=on_fatal), loader)
+    keys = options.access.api_keys
     app = Starlette(
         routes=[Route("/predict", h.predict, methods=["POST"]),
                 Route("/health", h.health, methods=["GET"]),
@@ -362,6 +349,8 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                 *openai.routes(h), *tei_routes.routes(h), *cohere.routes(h),
                 *openapi.routes(h, ENDPOINTS, COMPONENTS), *v2.routes(h)],
         lifespan=h.lifespan,
+        middleware=[Middleware(RequireApiKey, keys=keys, open=open_paths(h.state.name))]
+        if keys else [],
         exception_handlers={HTTPException: h.http_error, Exception: h.server_error},
     )
     app.state.bertonnx = h.state

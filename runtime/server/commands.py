@@ -10,9 +10,57 @@ import click
 from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
 from ..core.errors import ConfigError
 from .batching import MAX_WORKERS, BatchConfig
-from .settings import Limits, RayOptions, ServeOptions, Timeouts
+from .settings import (Access, Backpressure, Limits, RayOptions, ServeOptions, Timeouts,
+                       read_key_file)
 
 _L, _T = Limits(), Timeouts()
+KEY_ENV = "BERTONNX_API_KEY"
+
+
+class _ApiKey(click.ParamType):
+    """An API key; from the environment, a comma-separated list of them."""
+
+    name = "KEY"
+    envvar_list_splitter = ","
+
+    def convert(self, value, param, ctx):
+        return value.strip()
+
+
+def _access_flags(command):
+    """Who may call the server, over what, and how much work it holds (settings.Access,
+    settings.Backpressure): what a server on a network needs (docs/serving.md, Production)."""
+    pem = click.Path(exists=True, dir_okay=False, readable=True)
+    flags = [
+        click.option("--api-key", "api_keys", multiple=True, type=_ApiKey(), envvar=KEY_ENV,
+                     show_envvar=True,
+                     help="Require `Authorization: Bearer KEY` on every route but /health and "
+                          "the v2 live/ready probes (401 otherwise). Repeat for several keys; "
+                          f"without the flag, ${KEY_ENV} is read (one key, or several "
+                          "comma-separated), which keeps keys off the process list."),
+        click.option("--api-key-file", default=None, type=pem, metavar="PATH",
+                     help="Also accept the keys in this file, one a line (# comments)."),
+        click.option("--ssl-certfile", default=None, type=pem, metavar="PEM",
+                     help="Serve HTTPS with this certificate (chain); needs --ssl-keyfile."),
+        click.option("--ssl-keyfile", default=None, type=pem, metavar="PEM",
+                     help="The certificate's private key (unencrypted PEM)."),
+        click.option("--ssl-ca-certs", default=None, type=pem, metavar="PEM",
+                     help="Require client certificates signed by these CAs (mutual TLS)."),
+        click.option("--max-queued-inputs", default=None, type=click.IntRange(1),
+                     help="Inputs held for the model at once, across requests (queued or "
+                          "running); past it a request gets 429 with Retry-After before it is "
+                          "tokenized. A request to an idle server always runs "
+                          "[default: 4 × --max-batch-size × --workers, at least 2 × "
+                          "--max-inputs]."),
+        click.option("--request-timeout-s", default=Backpressure.request_timeout_s,
+                     show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
+                     help="A request not answered this long after it arrived gets 503 with "
+                          "Retry-After; its work not yet started is dropped, not computed. "
+                          "With --ray, Serve's deadline too."),
+    ]
+    for flag in reversed(flags):
+        command = flag(command)
+    return command
 
 
 def _ray_flags(command):
@@ -35,10 +83,6 @@ def _ray_flags(command):
         click.option("--max-ongoing-requests", default=None, type=click.IntRange(1),
                      help="With --ray: requests one replica holds at once; the rest queue "
                           "[default: 2 × --max-batch-size]."),
-        click.option("--request-timeout-s", default=RayOptions.request_timeout_s,
-                     show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
-                     help="With --ray: a request not answered in time (replicas busy or "
-                          "dying) gets 503."),
         click.option("--deploy-timeout-s", default=RayOptions.deploy_timeout_s,
                      show_default=True, type=click.FloatRange(0, 86_400, min_open=True),
                      help="With --ray: the replicas must be up (models loaded) within this, "
@@ -51,7 +95,8 @@ def _ray_flags(command):
 
 # Flags of the plain server's own connection handling; under --ray, Ray's proxy holds the
 # connections, so setting one there is refused rather than ignored.
-_NOT_ON_RAY = ("max_connections", "header_timeout_s")
+_NOT_ON_RAY = ("max_connections", "header_timeout_s", "ssl_certfile", "ssl_keyfile",
+               "ssl_ca_certs")
 
 
 def _triton_flags(command):
@@ -84,6 +129,13 @@ _ON_TRITON = frozenset({"model_dir", "host", "port", "max_batch_size", "max_wait
                         "name", "engine", "grpc_port", "metrics_port", "instances",
                         "triton_python"})
 _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
+# where Triton's own mechanism is what the user wants (docs/serving.md, Production)
+_KEYS_ON_TRITON = (": Triton guards its APIs with a header of its own (tritonserver "
+                   "--http-restricted-api / --grpc-restricted-protocol), see docs/serving.md")
+_TLS_ON_TRITON = ": put a TLS-terminating proxy in front of Triton's HTTP port"
+_TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
+                 "ssl_certfile": _TLS_ON_TRITON, "ssl_keyfile": _TLS_ON_TRITON,
+                 "ssl_ca_certs": _TLS_ON_TRITON}
 
 
 @click.command("serve")
@@ -143,14 +195,16 @@ _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
 @click.option("--name", default=None,
               help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
                    "folder name].")
+@_access_flags
 @_triton_flags
 @_ray_flags
 @click.pass_context
 def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, workers,
           max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers,
           max_connections, header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s,
-          threads, providers, name, engine, grpc_port, metrics_port, instances, triton_python,
-          ray_address, **ray_flags):
+          threads, providers, name, api_keys, api_key_file, ssl_certfile, ssl_keyfile,
+          ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
+          instances, triton_python, ray_address, **ray_flags):
     """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
     POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
     v2 (KServe, Triton: /v2/models/NAME/infer).
@@ -171,10 +225,15 @@ def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, wo
                                                  part_size),
         limits=Limits(max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers),
         timeouts=Timeouts(header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s),
+        backpressure=Backpressure(max_queued_inputs, request_timeout_s),
+        access=Access(tuple(k for k in api_keys if k)
+                      + (read_key_file(api_key_file) if api_key_file else ()),
+                      ssl_certfile, ssl_keyfile, ssl_ca_certs),
         max_connections=max_connections, threads=threads, providers=providers, name=name)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
     if ray_address is not None:
-        return _serve_on_ray(ctx, model_dir, options, RayOptions(ray_address, **ray_flags))
+        return _serve_on_ray(ctx, model_dir, options, RayOptions(
+            ray_address, request_timeout_s=request_timeout_s, **ray_flags))
     for flag in ray_flags:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --ray ADDRESS", ctx)
@@ -205,7 +264,9 @@ def _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms, th
     for param in ctx.command.params:
         if (param.name not in _ON_TRITON and ctx.get_parameter_source(param.name)
                 is not click.core.ParameterSource.DEFAULT):
-            raise click.UsageError(f"{param.opts[0]} does not apply with --engine triton", ctx)
+            hint = _TRITON_HINTS.get(param.name, "")
+            raise click.UsageError(f"{param.opts[0]} does not apply with --engine triton{hint}",
+                                   ctx)
     # the triton package (and tempfile, urllib) only for --engine triton: `serve` stays light
     from ..triton.serve import TritonServeOptions, serve_triton
 

@@ -89,7 +89,7 @@ class Metrics:
                 out[name] = float(value)
         return out
 
-    def render(self, *, ready: bool, queued: int) -> str:
+    def render(self, *, ready: bool, queued: int, inputs: int = 0) -> str:
         p = "bertonnx"
         with self._lock:
             # (name, type, help, sample lines): one row per metric, Prometheus text format 0.0.4
@@ -116,7 +116,8 @@ class Metrics:
                   for k, n in sorted(self.disconnects.items())]),
                 ("timeouts_total", "counter",
                  "Clients too slow: headers past --header-timeout-s (connection closed), "
-                 "bodies past --body-timeout-s (408).",
+                 "bodies past --body-timeout-s (408); requests not answered within "
+                 "--request-timeout-s (stage request, 503).",
                  [f'{p}_timeouts_total{{stage="{k}"}} {n}'
                   for k, n in sorted(self.timeouts.items())]),
                 ("connections_refused_total", "counter",
@@ -128,6 +129,10 @@ class Metrics:
                  "Requests (parts of --part-size inputs) waiting to run: queued, or in the batch "
                  "being formed.",
                  [f"{p}_queue_depth {queued}"]),
+                ("queued_inputs", "gauge",
+                 "Inputs of admitted requests not yet answered (queued or running); past "
+                 "--max-queued-inputs a request is answered 429.",
+                 [f"{p}_queued_inputs {inputs}"]),
                 ("model_ready", "gauge", "1 once the model answers.",
                  [f"{p}_model_ready {int(ready)}"]),
             ]

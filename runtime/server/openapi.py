@@ -21,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..core.tasks import TASKS, pipeline_class
+from .auth import OPEN
 from .endpoints import Endpoint, literal, param_schema
 
 try:  # Swagger UI's files (the serve extra); without them /docs says what to install
@@ -37,6 +38,13 @@ LIMITS = {400: "A malformed request, or a bad input or parameter (named).",
           413: "Past a limit (--max-body-bytes, --max-inputs, --max-tokens, "
                "--max-context-chars), named with its flag.",
           503: "The model is loading, or the server is draining."}
+# what the server's own guards answer, on the routes they guard (`document`)
+UNAUTHORIZED = {401: "No API key, or not one of the server's (--api-key); the answer carries "
+                     "WWW-Authenticate: Bearer."}
+BUSY = {429: "The server holds --max-queued-inputs inputs already; retry after Retry-After "
+             "seconds.",
+        503: "The model is loading, the server is draining, or the request was not answered "
+             "within --request-timeout-s (its work dropped)."}
 
 
 # -- /predict: Hugging Face's convention, from the task record --------------------------------
@@ -182,10 +190,21 @@ def document(state, table: tuple[Endpoint, ...], components: dict) -> dict:
         version = metadata.version("bertonnx")
     except metadata.PackageNotFoundError:
         version = "unknown"
+    keys = bool(state.options.access.api_keys)
     paths: dict[str, dict] = {}
     for e in table:
         if e.serves(pipe.task):
-            paths.setdefault(e.path, {})[e.method.lower()] = _operation(e, state)
+            guarded = keys and e.path not in OPEN
+            # every route with a body goes through the queue's admission (app._Handlers)
+            extra = {**(BUSY if e.request is not None else {}),
+                     **(UNAUTHORIZED if guarded else {})}
+            op = _operation(e, state, extra)
+            if guarded:
+                op["security"] = [{"bearer": []}]
+            paths.setdefault(e.path, {})[e.method.lower()] = op
+    security = {"securitySchemes": {"bearer": {
+        "type": "http", "scheme": "bearer",
+        "description": "One of the keys given to `bertonnx serve --api-key`."}}} if keys else {}
     return {"openapi": "3.1.0",
             "info": {"title": f"bertonnx serve: {state.name}", "version": version,
                      "description": f"A {pipe.task} export served by bertonnx: "
@@ -194,10 +213,11 @@ def document(state, table: tuple[Endpoint, ...], components: dict) -> dict:
             "paths": paths,
             "components": {"schemas": {"Error": ERROR, "V2Error": {
                 "type": "object", "properties": {"error": STRING}, "required": ["error"]},
-                **components}}}
+                **components}, **security}}
 
 
-def _operation(e: Endpoint, state) -> dict:
+def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
+    """The route's operation; `extra`: responses the server's guards add (401, 429, 503)."""
     op = {"operationId": e.method.lower() + re.sub(r"\W+", "_", e.path).rstrip("_"),
           "summary": e.summary, "tags": [e.tag]}
     names = re.findall(r"{(\w+)}", e.path)
@@ -215,7 +235,7 @@ def _operation(e: Endpoint, state) -> dict:
     if e.response is not None:
         ok["content"] = {"application/json": {"schema": e.response(state)}}
     op["responses"] = {"200": ok}
-    for status, why in e.errors.items():
+    for status, why in {**e.errors, **extra}.items():
         answer = {"description": why}
         if e.error_schema:
             answer["content"] = {"application/json": {

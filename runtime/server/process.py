@@ -1,7 +1,8 @@
-"""Running the app: bind the socket first (a taken port is one clear error), fit the
-descriptor limit to --max-connections, then uvicorn (with connections.py's protocol) until
-SIGTERM/SIGINT, which drains every request already received and exits 0 — or, when the drain
-outlasts --drain-timeout-s, answers the rest 503 and exits 1."""
+"""Running the app: check the TLS files and bind the socket first (a bad key file or a taken
+port is one clear error), fit the descriptor limit to --max-connections, then uvicorn (with
+connections.py's protocol; over TLS with --ssl-certfile/--ssl-keyfile, client certificates
+required with --ssl-ca-certs) until SIGTERM/SIGINT, which drains every request already received
+and exits 0 — or, when the drain outlasts --drain-timeout-s, answers the rest 503 and exits 1."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,7 @@ import re
 import resource
 import signal
 import socket
+import ssl
 from pathlib import Path
 
 import uvicorn
@@ -74,7 +76,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 # The line `serve` writes once it listens; clients that start a server (tests, bench/serve_load,
 # scripts) read its address from it with `announced_url`.
-_ANNOUNCED = re.compile(r" on (http://[\d.]+:\d+) ")
+_ANNOUNCED = re.compile(r" on (https?://[\d.]+:\d+) ")
 
 
 def served_routes(task: str, name: str) -> str:
@@ -97,6 +99,8 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     when the drain timeout cut requests)."""
     model_dir = resolve_export(model_dir)  # `default`: the shipped export (core/defaults.py)
     manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
+    access = options.access
+    access.check_tls()
     fit_descriptor_limit(options.max_connections)
     sock = bind(options.host, options.port)
     failed = []
@@ -114,11 +118,16 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         timeout_keep_alive=timeouts.keep_alive_s,
         # a backstop only: the app cuts what is left at drain_s and answers it 503; uvicorn
         # would cancel the rest (answering 500) this much later
-        timeout_graceful_shutdown=int(timeouts.drain_s) + 5)
+        timeout_graceful_shutdown=int(timeouts.drain_s) + 5,
+        ssl_certfile=access.ssl_certfile, ssl_keyfile=access.ssl_keyfile,
+        ssl_ca_certs=access.ssl_ca_certs,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if access.ssl_ca_certs else ssl.CERT_NONE)
     server = _Server(config, state)
     host, port = sock.getsockname()[:2]
+    scheme = "https" if access.tls else "http"
+    keys = f", {len(access.api_keys)} API key(s) required" if access.api_keys else ""
     announce(f"bertonnx: serving {model_dir} ({manifest.task}) as {state.name} on "
-             f"http://{host}:{port} — {served_routes(manifest.task, state.name)}")
+             f"{scheme}://{host}:{port} — {served_routes(manifest.task, state.name)}{keys}")
     # uvicorn drains on SIGTERM, then re-raises the signal so the default action would kill
     # the process with status 143; by then the drain is done, so ours just lets it return.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)

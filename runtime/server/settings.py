@@ -1,12 +1,16 @@
 """`bertonnx serve`'s options, typed records the CLI and `create_app` share.
 
 Every limit has a default, a flag, and a refusal that names both (413 for requests too large,
-400 for answers too many, 408 for bodies too slow, 503 for connections past the cap).
+400 for answers too many, 408 for bodies too slow, 503 for connections past the cap, 429 for
+work past the queue's cap, 503 for a request past its deadline). `Access` is who may call
+(API keys) and over what (TLS).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.parameters import MAX_TOP_K
@@ -62,12 +66,127 @@ def flag(field: str) -> str:
 
 
 @dataclass(frozen=True)
+class Backpressure:
+    """How much work the server holds at once, and for how long (app.py `_Handlers.admit`)."""
+
+    # inputs of admitted requests not yet answered (queued or running), across requests; past
+    # it a request is answered 429 + Retry-After before its inputs are tokenized. None: four
+    # full batches per worker, and room for two maximal requests (`cap`). A request arriving
+    # at an idle server is always admitted, so one of --max-inputs runs whatever the cap
+    max_queued_inputs: int | None = None
+    # a request not answered this long after it arrived gets 503 + Retry-After; its parts not
+    # yet started are dropped, never computed. 60 s is nginx's default proxy_read_timeout (a
+    # proxy in front has given up by then) and Ray Serve's deadline here (RayOptions)
+    request_timeout_s: float = 60.0
+
+    def __post_init__(self):
+        if self.max_queued_inputs is not None and (
+                not isinstance(self.max_queued_inputs, int) or self.max_queued_inputs < 1):
+            raise InputError(f"--max-queued-inputs must be ≥ 1, got {self.max_queued_inputs!r}",
+                             "pass e.g. --max-queued-inputs 512")
+        if not isinstance(self.request_timeout_s, (int, float)) or not (
+                0 < self.request_timeout_s <= 86_400):
+            raise InputError(f"--request-timeout-s must be in (0, 86400] seconds, got "
+                             f"{self.request_timeout_s!r}", "pass e.g. --request-timeout-s 60")
+
+    def cap(self, batch: BatchConfig, limits: Limits) -> int:
+        """--max-queued-inputs, or by default 4 × --max-batch-size × --workers (each worker
+        has a batch running and three waiting) and at least 2 × --max-inputs (a maximal
+        request leaves room for others: a small one is served between its parts)."""
+        if self.max_queued_inputs is not None:
+            return self.max_queued_inputs
+        return max(4 * batch.max_batch_size * batch.workers, 2 * limits.max_inputs)
+
+
+# What an API key may hold: it travels in a header (`Authorization: Bearer KEY`), so visible
+# ASCII without spaces; 8 characters at least, so a typo such as `--api-key $UNSET` (empty) or a
+# short test string is not mistaken for a secret.
+_KEY = re.compile(r"[\x21-\x7e]{8,4096}")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call the server and over what. `api_keys`: any of them, sent as `Authorization:
+    Bearer KEY`, opens every route but /health and the v2 live/ready probes (none: no key
+    asked). The ssl files go to uvicorn (ssl_certfile, ssl_keyfile, ssl_ca_certs): with
+    `ssl_ca_certs` a client must present a certificate signed by those CAs (mutual TLS)."""
+
+    api_keys: tuple[str, ...] = field(default=(), repr=False)   # never in a log line
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+
+    def __post_init__(self):
+        for key in self.api_keys:
+            if not isinstance(key, str) or not _KEY.fullmatch(key):
+                raise InputError("an API key must be 8 or more visible ASCII characters, no "
+                                 f"spaces (got one of {len(key)} characters)",
+                                 "pass --api-key with a random key, e.g. `openssl rand -hex 32`")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            given, missing = (("--ssl-certfile", "--ssl-keyfile") if self.ssl_keyfile is None
+                              else ("--ssl-keyfile", "--ssl-certfile"))
+            raise InputError(f"{given} needs {missing}", "pass both the certificate and its "
+                             "private key (PEM files), or neither")
+        if self.ssl_ca_certs is not None and self.ssl_certfile is None:
+            raise InputError("--ssl-ca-certs (client certificates) needs TLS",
+                             "pass --ssl-certfile and --ssl-keyfile too")
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_certfile is not None
+
+    def check_tls(self) -> None:
+        """The certificate, its key and the CA file load (InputError naming the file and what
+        is wrong): checked before the server binds, not at its first connection."""
+        if not self.tls:
+            return
+        for flag_, path in (("--ssl-certfile", self.ssl_certfile),
+                            ("--ssl-keyfile", self.ssl_keyfile),
+                            ("--ssl-ca-certs", self.ssl_ca_certs)):
+            if path is not None and not Path(path).is_file():
+                raise InputError(f"{flag_} {path}: no such file", "pass the path of a PEM file")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            # an encrypted key would make OpenSSL prompt on the terminal: no password, refused
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=lambda: b"")
+        except (ssl.SSLError, OSError) as e:
+            raise InputError(f"cannot use --ssl-certfile {self.ssl_certfile} with --ssl-keyfile "
+                             f"{self.ssl_keyfile}: {getattr(e, 'strerror', None) or e}",
+                             "pass a PEM certificate and the private key it was made with "
+                             "(an encrypted key is not supported)") from None
+        if self.ssl_ca_certs is not None:
+            try:
+                context.load_verify_locations(self.ssl_ca_certs)
+            except (ssl.SSLError, OSError) as e:
+                raise InputError(f"cannot read --ssl-ca-certs {self.ssl_ca_certs}: "
+                                 f"{getattr(e, 'strerror', None) or e}",
+                                 "pass a PEM file of CA certificates") from None
+
+
+def read_key_file(path: str | Path) -> tuple[str, ...]:
+    """The API keys in a file: one a line; blank lines and lines starting with # are skipped.
+    InputError when it holds none."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read --api-key-file {path}: {getattr(e, 'strerror', None) or e}",
+                         "pass a readable UTF-8 file with one key a line") from None
+    keys = tuple(line.strip() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise InputError(f"--api-key-file {path} holds no key", "write one key a line")
+    return keys
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     host: str = "127.0.0.1"                  # loopback unless the user opens it up
     port: int = 8080                         # 0 = any free port (printed at start)
     batch: BatchConfig = BatchConfig()
     limits: Limits = Limits()
     timeouts: Timeouts = Timeouts()
+    backpressure: Backpressure = Backpressure()
+    access: Access = Access()
     # open connections at once; past it a new one is answered 503 and closed at connect.
     # The process's file-descriptor limit is raised to fit it (or the server refuses to start)
     max_connections: int = 1_000

@@ -51,7 +51,9 @@ MODEL_TYPES = {"feature-extraction": "embedding", "sparse-embedding": "embedding
 # our kinds of refusal -> TEI's (status, error_type); any other client error is 422 validation
 _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              "PayloadTooLarge": (413, "Validation"), "Timeout": (408, "Validation"),
-             "NotServed": (404, "Backend")}
+             "NotServed": (404, "Backend"),
+             # TEI answers a bad key with an empty 401; ours carries its ErrorResponse (auth.py)
+             "InvalidApiKey": (401, "Validation")}
 _DTYPES = {"none": "float32", "fp16": "float16", "int8": "int8"}
 # TEI's names of the pooling modes where they differ from sentence-transformers'
 _POOLING = {"lasttoken": "last_token"}
