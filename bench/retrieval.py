@@ -177,9 +177,12 @@ def bertonnx_label(pipe) -> tuple[str, str]:
     manifest): ("bertonnx int8", "int8 s8"), ("bertonnx fp32", "fp32")."""
     q = pipe.folder.manifest.quantization
     mode = q.get("mode", "none")
+    c = pipe.session.config
+    # the engine `auto` (or BERTONNX_PROVIDERS) ran it on, where not the CPU provider
+    on = "" if c.engine == "cpu" else f" [{c.engine}:{c.precision}]"
     if mode == "none":
-        return "bertonnx fp32", "fp32"
-    return f"bertonnx {mode}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
+        return f"bertonnx fp32{on}", c.precision if on else "fp32"
+    return f"bertonnx {mode}{on}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
 
 
 def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
@@ -206,10 +209,13 @@ def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
 def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, say
                 ) -> tuple[list[Engine], list[peers.Skipped]]:
     threads = options.threads or cores()
-    engines = [bertonnx_engine(kind, bertonnx_export(kind, source, work, q, options.fresh, say),
-                               threads) for q in options.precisions]
+    folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
+               for q in options.precisions]
+    # the peers first: optimum-intel converts through the `openvino` package's frontends, which
+    # it cannot find once onnxruntime's OpenVINO plugin (bertonnx's engine) has loaded its own
+    # copy of libopenvino into the process; loaded second, the plugin uses the package's
     found, skipped = peers.st_engines(kind, source, work, threads, options.peers, say)
-    engines += found
+    engines = [bertonnx_engine(kind, f, threads) for f in folders] + found
     if "ctranslate2" in options.peers:
         if kind == "embed":
             found, more = peers.ctranslate2_engines(source, work, threads, say)
