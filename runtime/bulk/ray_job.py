@@ -224,7 +224,7 @@ class RayStream:
             batch_size=o.chunk_size, batch_format="pyarrow", zero_copy_batch=True,
             fn_constructor_kwargs=dict(
                 folder=self.folder, params=o.params, fields=o.fields, threads=self.cpus,
-                providers=list(pipe.session.config.providers), batch_size=pipe.batch_size),
+                providers=pipe.session.config.key, batch_size=pipe.batch_size),
             compute=ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus)
         retries = dict(max_restarts=self.cluster.max_restarts,
                        max_task_retries=self.cluster.max_task_retries)

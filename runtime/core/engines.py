@@ -103,7 +103,7 @@ def parse(spec) -> Choice | None:
         if prec not in e.precisions:
             raise ConfigError(f"engine {e.name} has no precision {prec!r}",
                               f"use one of {', '.join(e.precisions)}")
-        return _checked(Choice(e.name, prec, providers=(e.provider,)))
+        return _checked(Choice(e.name, prec, providers=_with_fallback(e)))
     names = [PROVIDER_ENGINES.get(p, None) or engine(p).name for p in parts]
     if "openvino" in names:
         if len(set(names) - {"cpu"}) > 1:
@@ -112,6 +112,13 @@ def parse(spec) -> Choice | None:
     providers = tuple(dict.fromkeys([ENGINES[n].provider for n in names] +
                                     ["CPUExecutionProvider"]))
     return _checked(Choice(names[0], "f32", providers=providers))
+
+
+def _with_fallback(e: Engine) -> tuple[str, ...]:
+    """A provider list for one engine: onnxruntime's GPU providers hand the ops they lack to the
+    CPU provider; a plugin engine runs the graph alone (session.py refuses a split)."""
+    return (e.provider,) if e.plugin else tuple(dict.fromkeys((e.provider,
+                                                               "CPUExecutionProvider")))
 
 
 def _checked(choice: Choice) -> Choice:
@@ -220,7 +227,7 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
         if not installed(name) or (prec == "bf16" and not has_bf16()):
             continue
         return Choice(name, prec, f"auto: {kind} CPU, {name}:{prec} passed its gate at export",
-                      (ENGINES[name].provider,))
+                      _with_fallback(ENGINES[name]))
     return Choice("cpu", "f32", "auto", (ENGINES["cpu"].provider,))
 
 

@@ -61,6 +61,12 @@ class SessionConfig:
     prepacking: bool = True
 
 
+    @property
+    def key(self) -> str:
+        """`engine:precision`, which `--providers` takes back (a Ray actor's, a report's)."""
+        return f"{self.engine}:{self.precision}"
+
+
 class Session:
     """An `InferenceSession` that knows which inputs its graph takes."""
 

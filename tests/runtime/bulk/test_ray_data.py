@@ -27,6 +27,7 @@ from bertonnx.runtime.bulk.ray import (Predictor, fingerprint, folder_on_node, m
 from bertonnx.runtime.cli import main
 
 from tests.conftest import CLS, EMB, cli_without
+from tests.runtime._engines import NO_OPENVINO, OPENVINO
 from tests.runtime._ray_cluster import ENV, LocalCluster
 from tests.runtime.bulk._helpers import read_output, write_input
 
@@ -253,6 +254,28 @@ def test_ray_run_equals_the_local_run(cluster, ray_env, capsys, tiny_export, tmp
     got = [json.loads(x) for x in remote.splitlines()]
     assert [r["id"] for r in got] == [f"r{i}" for i in range(500)] + [501]
     assert sum("error" in r for r in got) == 31
+
+
+@pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
+def test_ray_actors_run_the_engine_the_job_asked_for(cluster, ray_env, capsys, tiny_export,
+                                                    tmp_path):
+    """`--providers openvino:f32` reaches every actor (each loads the export on OpenVINO):
+    the --ray output equals the local OpenVINO run's and the CPU provider's within 1e-4."""
+    src = write_input(tmp_path / "in.jsonl", "jsonl", rows(60))
+    local, remote = _pair(capsys, tmp_path, tiny_export(CLS), src, "ov.jsonl", "--top-k", "all",
+                          "--chunk-size", "16", "--providers", "openvino:f32",
+                          address=cluster.address)
+    cpu = tmp_path / "cpu.jsonl"
+    # rows(60) holds empty texts: error rows, exit 1, as in the OpenVINO runs
+    assert bulk(capsys, tiny_export(CLS), "--input", src, "--output", cpu, "--no-progress",
+                "--top-k", "all", "--providers", "cpu")[0] in (0, 1)
+    for path in (tmp_path / "ray-ov.jsonl", tmp_path / "local-ov.jsonl"):
+        for a, b in zip(read_output(cpu), read_output(path)):
+            assert a["id"] == b["id"] and ("error" in a) == ("error" in b)
+            if "result" in a:
+                assert [x["label"] for x in a["result"]] == [x["label"] for x in b["result"]]
+                assert max(abs(x["score"] - y["score"])
+                           for x, y in zip(a["result"], b["result"])) <= 1e-4
 
 
 def test_ray_csv_to_parquet_and_on_error_fail(cluster, ray_env, capsys, tiny_export,
