@@ -3,8 +3,9 @@ is the peer's own library call on the task's work (with its own batching) and wh
 turns that call's output into what accuracy compares (retrieval.py):
 
     sentence-transformers  SentenceTransformer / CrossEncoder / SparseEncoder on the backends
-                           torch, onnx (its export; O3-optimized; int8 by
-                           export_dynamic_quantized_onnx_model) and openvino
+                           torch (fp32, and bf16 as its docs load it: model_kwargs
+                           {"torch_dtype": torch.bfloat16}), onnx (its export; O3-optimized;
+                           int8 by export_dynamic_quantized_onnx_model) and openvino
     CTranslate2            Encoder from its TransformersConverter, float32 and int8 (embeddings:
                            mean pooling + normalize in numpy, as its docs' recipe)
     fastembed              TextEmbedding / TextCrossEncoder / SparseTextEmbedding (SpladePP) on
@@ -66,7 +67,7 @@ def dense_rows(rows) -> np.ndarray:
     if hasattr(rows, "to_dense"):   # a torch sparse tensor (SparseEncoder.encode's default)
         rows = rows.to_dense()
     if hasattr(rows, "numpy"):
-        rows = rows.cpu().numpy()
+        rows = rows.cpu().float().numpy()  # numpy has no bfloat16 (the torch bf16 row)
     return np.asarray(rows, dtype=np.float32)
 
 
@@ -93,15 +94,21 @@ def sparse_rows(embeddings: list, vocab: int) -> np.ndarray:
 # -- sentence-transformers -----------------------------------------------------------------
 
 def st_model(kind: str, folder: Path, backend: str, threads: int, file_name: str | None = None,
-             openvino_hint: str | None = None):
+             openvino_hint: str | None = None, bf16: bool = False):
     """A sentence-transformers model of the task's class on `backend`, `threads` intra-op;
-    `openvino_hint`: OpenVINO's INFERENCE_PRECISION_HINT (None: its default for this CPU)."""
+    `openvino_hint`: OpenVINO's INFERENCE_PRECISION_HINT (None: its default for this CPU);
+    `bf16`: the torch backend's weights and arithmetic in torch.bfloat16 (sbert.net's
+    "Speeding up Inference": model_kwargs={"torch_dtype": torch.bfloat16})."""
     # bench-only dependency: imported when its engine is made
     import sentence_transformers
 
     cls = getattr(sentence_transformers, ST_CLASSES[kind])
     kwargs: dict = {}
-    if backend == "onnx":
+    if backend == "torch" and bf16:
+        import torch  # sentence-transformers' own dependency: only for the dtype
+
+        kwargs = {"torch_dtype": torch.bfloat16}
+    elif backend == "onnx":
         import onnxruntime as ort  # its session options: the same thread count as every engine
 
         so = ort.SessionOptions()
@@ -154,6 +161,7 @@ def st_call(kind: str, model):
 # peer key -> (row label, backend, file inside the backend's folder, precision)
 ST_VARIANTS = {
     "st-torch": ("torch", "torch", None, "fp32"),
+    "st-torch-bf16": ("torch bf16", "torch", None, "bf16"),
     "st-onnx": ("onnx", "onnx", "model.onnx", "fp32"),
     "st-onnx-o3": ("onnx O3", "onnx", "model_O3.onnx", "fp32"),
     "st-onnx-int8": (f"onnx int8 ({int8_config()})", "onnx", f"model_qint8_{int8_config()}.onnx",
@@ -190,7 +198,7 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
         folder = source if backend == "torch" else folders[backend]
         model = st_model(kind, folder, backend, threads,
                          f"onnx/{file_name}" if backend == "onnx" else None,
-                         OPENVINO_HINTS.get(key))
+                         OPENVINO_HINTS.get(key), bf16=precision == "bf16")
         facts = {}
         if backend == "torch":
             auto = model[0].auto_model
