@@ -301,9 +301,12 @@ class _Handlers:
 
     async def metrics(self, request):
         state = self.state
+        session = getattr(state.pipeline, "session", None)
+        config = getattr(session, "config", None)
         text = state.metrics.render(ready=state.ready,
                                     queued=state.batcher.queued if state.batcher else 0,
-                                    inputs=self.admission.pending)
+                                    inputs=self.admission.pending,
+                                    engine=(config.engine, config.precision) if config else None)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def http_error(self, request, exc):

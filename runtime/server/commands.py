@@ -191,7 +191,9 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
                    "the exit status is 1.")
 @click.option("--threads", default=None, type=click.IntRange(0, MAX_THREADS),
               help="onnxruntime intra-op threads per call [default: onnxruntime's].")
-@click.option("--providers", default=None, help="onnxruntime providers, e.g. cuda,cpu.")
+@click.option("--providers", default=None, metavar="ENGINE",
+              help="Engine: auto (default: the fastest this CPU has that the export proved), "
+                   "cpu, openvino, openvino:bf16, openvino:f32, cuda, or providers as a list.")
 @click.option("--name", default=None,
               help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
                    "folder name].")

@@ -89,7 +89,8 @@ class Metrics:
                 out[name] = float(value)
         return out
 
-    def render(self, *, ready: bool, queued: int, inputs: int = 0) -> str:
+    def render(self, *, ready: bool, queued: int, inputs: int = 0,
+               engine: tuple[str, str] | None = None) -> str:
         p = "bertonnx"
         with self._lock:
             # (name, type, help, sample lines): one row per metric, Prometheus text format 0.0.4
@@ -136,6 +137,11 @@ class Metrics:
                 ("model_ready", "gauge", "1 once the model answers.",
                  [f"{p}_model_ready {int(ready)}"]),
             ]
+            if engine is not None:  # an info metric: which engine and precision answer
+                metrics.append(("engine_info", "gauge",
+                                "The engine the model runs on (runtime/core/engines.py).",
+                                [f'{p}_engine_info{{engine="{engine[0]}",precision='
+                                 f'"{engine[1]}"}} 1']))
         out = []
         for name, kind, text, lines in metrics:
             out += [f"# HELP {p}_{name} {text}", f"# TYPE {p}_{name} {kind}", *lines]

@@ -191,7 +191,7 @@ class ServeOptions:
     # The process's file-descriptor limit is raised to fit it (or the server refuses to start)
     max_connections: int = 1_000
     threads: int | None = None               # onnxruntime intra-op threads per call
-    providers: str | None = None             # onnxruntime providers, e.g. "cuda,cpu"
+    providers: str | None = None             # the engine: auto, cpu, openvino:bf16 (engines.py)
     # the model's name on /v1/models and /v2/models/{name} (None: the export folder's name)
     name: str | None = None
 

@@ -36,6 +36,7 @@ def test_serve_on_openvino_answers_as_the_cpu_provider(tiny_export):
         # a request past the inputs limit is refused as on the CPU provider
         big = httpx.post(f"{server.url}/embed", json={"inputs": ["x"] * 10_000}, timeout=60)
         assert big.status_code in (413, 422), big.text
+        assert server.metric('bertonnx_engine_info{engine="openvino",precision="f32"}') == 1
 
 
 def test_bulk_run_on_openvino_answers_as_the_cpu_provider(capsys, tiny_export, tmp_path):

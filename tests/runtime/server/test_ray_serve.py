@@ -31,6 +31,7 @@ from bertonnx.runtime.server import RayOptions, ServeOptions, create_app
 from bertonnx.runtime.server.relay import HttpRequest, HttpResponse, Lifespan, exchange
 
 from tests.live_server import LiveServer
+from tests.runtime._engines import NO_OPENVINO, OPENVINO
 from tests.runtime._ray_cluster import ENV, LocalCluster
 from tests.runtime.server._helpers import BATCHED_ATOL, EchoPipeline, assert_close, jsonable
 
@@ -184,6 +185,26 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
 
 
 @needs_ray
+@needs_ray
+@pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
+def test_a_replica_runs_the_engine_asked_for(cluster, tiny_export):
+    """`serve --ray --providers openvino:f32`: the replica loads the export on OpenVINO and
+    answers as the CPU provider does within the fp32 tolerance (issue 41 item 1)."""
+    import numpy as np
+
+    from bertonnx.runtime import load
+
+    folder = tiny_export("feature-extraction")
+    want = np.asarray(load(folder, providers="cpu")(TEXTS, normalize=True))
+    with LiveServer.serve(folder, "--ray", cluster.address, "--replicas", "1",
+                          "--providers", "openvino:f32", ready_timeout=120) as server:
+        r = httpx.post(server.url + "/embed", json={"inputs": TEXTS}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert np.abs(np.asarray(r.json()) - want).max() <= 1e-4
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
+        assert 'bertonnx_engine_info{engine="openvino",precision="f32"} 1' in metrics
+
+
 def test_replicas_that_fit_nowhere_are_one_line_not_a_wait(cluster, tiny_export):
     """More CPUs per replica than the cluster has: the command stops within
     --deploy-timeout-s with one line naming what it asked and what the cluster has, and
