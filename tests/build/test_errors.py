@@ -216,6 +216,7 @@ def test_unreachable_hub_id(monkeypatch, tmp_path):
     # The real huggingface_hub code path against an endpoint that refuses connections and an
     # empty cache: what an offline user with a typo or no network sees.
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # whatever the caller's is
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     with raises(ArtifactError, "someone/not-here", "network"):
         load_pretrained("someone/not-here", "fill-mask")

@@ -56,9 +56,8 @@ def test_embed_is_the_library_embedding(url, pipe):
     np.testing.assert_array_equal(np.float32(short), first)
 
 
-def test_huggingface_hub_inference_client(url, pipe):
-    hub = pytest.importorskip("huggingface_hub")
-    client = hub.InferenceClient(model=url + "/embed")
+def test_huggingface_hub_inference_client(url, pipe, hf_hub_online):
+    client = hf_hub_online.InferenceClient(model=url + "/embed")
     got = client.feature_extraction(TEXTS[0], truncate=True, truncation_direction="Right")
     np.testing.assert_array_equal(got, np.float32([pipe(TEXTS[0])]))
     raw = client.feature_extraction(TEXTS[0], normalize=False)
