@@ -117,6 +117,9 @@ def cli(ctx, debug):
     ctx.obj = {"debug": debug}
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="bertonnx: %(levelname)s: %(message)s")
+    # the engine advice (one line per process, runtime/core/engines.py) is shown: it names
+    # the faster engine this CPU could run and the pip command
+    logging.getLogger("bertonnx.engines").setLevel(logging.DEBUG if debug else logging.INFO)
 
 
 # click >= 8.2 raises this (a UsageError whose message is the whole help) for a bare group

@@ -28,15 +28,18 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnxruntime as ort
 
+from . import defaults
 from .contract import BF16_MIN_MEAN_COSINE
 from .cpu import this_kind
 from .errors import ConfigError
 from .once import first_time
 
-log = logging.getLogger("bertonnx")
+# its own logger: the CLI shows its INFO line (the advice below), not every library INFO
+log = logging.getLogger("bertonnx.engines")
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,14 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
     return Choice("cpu", "f32", "auto", (ENGINES["cpu"].provider,))
 
 
+def _shipped(where: str) -> bool:
+    """An export inside this package (the `default` models): no checkpoint to re-export."""
+    try:
+        return Path(where).resolve().is_relative_to(defaults.MODELS)
+    except (OSError, ValueError):
+        return False
+
+
 def _passed(engines: dict, key: str) -> bool:
     return bool(engines.get(key, {}).get("passed"))
 
@@ -243,7 +254,7 @@ def _advise(kind: str | None, quantization: str, engines: dict, where: str) -> N
         log.info("this CPU has AMX: OpenVINO bf16 runs fp32 exports about 4x faster "
                  "model-only at mean cosine >= %s to fp32 (docs/engines.md) — %s",
                  BF16_MIN_MEAN_COSINE, ENGINES["openvino"].install)
-    elif "openvino:bf16" not in engines:
+    elif "openvino:bf16" not in engines and not _shipped(where):
         log.info("%s has no OpenVINO parity record, so auto keeps onnxruntime's CPU kernels — "
                  "export it again with bertonnx[openvino] installed, or pass "
                  "--providers openvino:bf16", where)

@@ -72,7 +72,7 @@ def test_auto_on_amx_takes_openvino_only_where_the_export_proved_it(monkeypatch)
 def test_amx_without_a_record_says_what_it_would_gain_once(monkeypatch, caplog):
     monkeypatch.delenv(engines.ENVIRONMENT)
     monkeypatch.setattr(once, "_given", set())
-    with caplog.at_level(logging.INFO, logger="bertonnx"):
+    with caplog.at_level(logging.INFO, logger="bertonnx.engines"):
         for _ in range(3):
             assert engines.choose(None, quantization="none", engines={}, kind="amx",
                                   where="exp").key == "cpu:f32"
@@ -167,3 +167,26 @@ def test_an_int8_graph_on_openvino_is_one_line(tiny_checkpoint, tmp_path):
     assert str(e.value).startswith("OpenVINO cannot run every op of") and "\n" not in str(e.value)
     # auto never sends it there
     assert load(tmp_path / "q", providers="auto").session.config.engine == "cpu"
+
+
+def test_the_command_line_shows_the_advice_once_on_amx(tiny_export):
+    """Without the extra, `auto` on an fp32 export: on an AMX CPU one INFO line with the pip
+    command (the CLI shows it), elsewhere nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from bertonnx.runtime.core.cpu import this_kind
+
+    code = ("import sys; sys.modules['onnxruntime_ep_openvino'] = None\n"
+            "from bertonnx.runtime.cli import main\n"
+            f"sys.exit(main(['embed', {str(tiny_export(EMB))!r}, 'a cat', 'a dog']))")
+    env = {k: v for k, v in os.environ.items() if k != engines.ENVIRONMENT}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("bertonnx: INFO:")]
+    if this_kind() == "amx":
+        assert len(lines) == 1 and lines[0].endswith("pip install 'bertonnx[openvino]'"), lines
+    else:
+        assert lines == [], lines
