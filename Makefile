@@ -1,5 +1,6 @@
 # bertonnx — two commands on a fresh machine:
-#   make demo   set up .venv, then export the bundled MiniLM and show parity (bertonnx demo)
+#   make demo   set up .venv, then export the bundled MiniLM to artifacts/minilm and show
+#               parity (bertonnx demo); `source .venv/bin/activate` puts bertonnx on PATH
 #   make test   set up .venv, then run the test suite
 # Setup runs once and again only when pyproject.toml or this file changes (a stamp in .venv).
 
@@ -63,6 +64,8 @@ triton-stub:
 
 demo: $(STAMP)
 	$(VENV)/bin/bertonnx demo
+	@echo "next: source $(VENV)/bin/activate (bertonnx on PATH, in each new shell), then"
+	@echo "      bertonnx embed artifacts/minilm \"a man plays guitar\" \"someone plays an instrument\""
 
 test: $(STAMP)
 	$(PY) -m pytest tests $(PYTEST_ARGS)

@@ -139,15 +139,19 @@ def parity(folder, reference, per_layer, as_json):
                           "export again, or run with --per-layer to find where it parts")
 
 
+DEMO_FOLDER = "minilm"  # under --out
+
+
 @click.command()
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("artifacts"),
-              show_default=True, help="Folder to put the demo export(s) under.")
+              show_default=True, help=f"Folder to put the demo export ({DEMO_FOLDER}) under.")
 def demo(out):
     """Export the bundled MiniLM (feature-extraction), fused, and show its parity and fused ops."""
     # lazy: torch; this module is imported to build `bertonnx demo --help`
     from .api import ExportOptions, export_model
 
-    target = out / "minilm-feature-extraction"
+    # the README's examples read artifacts/minilm: the same export, made by its quick start
+    target = out / DEMO_FOLDER
     # The demo owns this folder: re-running it replaces the previous demo export.
     manifest = export_model("default", "feature-extraction", target, ExportOptions(force=True),
                             progress=_progress)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -279,6 +280,55 @@ def test_the_readme_quick_start_runs_and_prints_what_it_shows(tmp_path):
     first, cosine = out.stdout.strip().splitlines()
     assert "'token_str': 'capital'" in first, first
     assert abs(float(cosine) - 0.67) <= 0.02, cosine
+
+
+def test_the_quick_start_says_to_activate_the_venv_make_demo_made():
+    """`make demo` installs into .venv without activating it: a fresh shell has no `bertonnx`
+    until `source .venv/bin/activate` (issue 43)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    venv = re.search(r"^VENV\s*\?=\s*(\S+)", makefile, re.M).group(1)
+    prose = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split(MARKER)[0]
+    assert "make demo" in prose and f"source {venv}/bin/activate" in prose, prose
+
+
+def test_make_demo_exports_the_folder_the_readme_reads(monkeypatch, tmp_path):
+    """What `make demo` exports is the folder the README's examples read, made the same way by
+    the quick start (issue 43: the demo wrote artifacts/minilm-feature-extraction)."""
+    pytest.importorskip("torch")
+    from bertonnx.export import api, commands
+
+    class Made(Exception):
+        pass
+
+    def export_model(source, task, target, options, **kwargs):
+        raise Made(source, task, target)
+
+    monkeypatch.setattr(api, "export_model", export_model)
+    recipe = re.search(r"^demo:.*\n\t(.+)$", (ROOT / "Makefile").read_text(encoding="utf-8"),
+                       re.M).group(1)
+    argv = _words(recipe)
+    assert Path(argv[0]).name == "bertonnx" and argv[1] == "demo", recipe
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Made) as made:
+        commands.demo.main(argv[2:], standalone_mode=False)
+    source, task, target = made.value.args
+    demo_folder = target.as_posix()
+    read = {word for line in _command_lines(README.read_text(encoding="utf-8"))
+            for before, word in itertools.pairwise(_words(line))
+            if word.startswith("artifacts/") and before != "--out"}
+    assert demo_folder in read, (demo_folder, read)
+    quick = [w for w in _words(_quickstart()[0].replace("\n", " ")) if w]
+    at = quick.index(demo_folder)
+    assert quick[at - 3:at - 1] == ["export", source] and "--force" in quick[at:], quick
+
+
+def test_openai_client_claims_say_what_each_client_needs():
+    """LangChain's OpenAIEmbeddings sends tiktoken ids unless check_embedding_ctx_length=False
+    (issue 43): no page says it works without saying so."""
+    for page in PAGES:
+        for paragraph in _prose(page.read_text(encoding="utf-8")).split("\n\n"):
+            if "OpenAIEmbeddings" in paragraph:
+                assert "check_embedding_ctx_length=False" in paragraph, (_name(page), paragraph)
 
 
 # -- the sentiment recipe runs ---------------------------------------------------------------
