@@ -63,6 +63,8 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
 ALIASES = {"trt": "tensorrt"}
 ENVIRONMENT = "BERTONNX_PROVIDERS"
 PROVIDER_ENGINES = {e.provider: e.name for e in ENGINES.values()}
+# what an engine's nodes fall back to before the CPU provider
+FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 
 # What `auto` tries on each kind of CPU (cpu.py target_kind), best first; the first whose
 # conditions hold (extra installed, fp32 graph, the manifest's gate passed) runs. Elsewhere the
@@ -112,16 +114,21 @@ def parse(spec) -> Choice | None:
         if len(set(names) - {"cpu"}) > 1:
             raise ConfigError("openvino runs a graph alone", "ask for openvino, or for others")
         return _checked(Choice("openvino", "", providers=(ENGINES["openvino"].provider,)))
-    providers = tuple(dict.fromkeys([ENGINES[n].provider for n in names] +
+    providers = tuple(dict.fromkeys([p for n in names for p in _with_fallback(ENGINES[n])]
+                                    if len(names) == 1 else
+                                    [ENGINES[n].provider for n in names] +
                                     ["CPUExecutionProvider"]))
     return _checked(Choice(names[0], "f32", providers=providers))
 
 
 def _with_fallback(e: Engine) -> tuple[str, ...]:
-    """A provider list for one engine: onnxruntime's GPU providers hand the ops they lack to the
-    CPU provider; a plugin engine runs the graph alone (session.py refuses a split)."""
-    return (e.provider,) if e.plugin else tuple(dict.fromkeys((e.provider,
-                                                               "CPUExecutionProvider")))
+    """A provider list for one engine: onnxruntime's GPU providers hand the ops they lack on
+    (TensorRT to CUDA, as onnxruntime's TensorRT docs order them, then the CPU provider); a
+    plugin engine runs the graph alone (session.py refuses a split)."""
+    if e.plugin:
+        return (e.provider,)
+    chain = (e.provider, *FALLBACK.get(e.name, ()), "CPUExecutionProvider")
+    return tuple(dict.fromkeys(chain))
 
 
 def _checked(choice: Choice) -> Choice:

@@ -190,3 +190,13 @@ def test_the_command_line_shows_the_advice_once_on_amx(tiny_export):
         assert len(lines) == 1 and lines[0].endswith("pip install 'bertonnx[openvino]'"), lines
     else:
         assert lines == [], lines
+
+
+def test_gpu_engines_fall_back_as_onnxruntime_orders_them():
+    """TensorRT hands the nodes it cannot build to CUDA, then the CPU provider (a TensorRT
+    that fails to load must not land on the CPU while CUDA is there); a plugin runs alone."""
+    chain = engines._with_fallback
+    assert chain(engines.ENGINES["tensorrt"]) == (
+        "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
+    assert chain(engines.ENGINES["cuda"]) == ("CUDAExecutionProvider", "CPUExecutionProvider")
+    assert chain(engines.ENGINES["openvino"]) == ("OpenVINOExecutionProvider",)
