@@ -42,6 +42,9 @@ class Endpoint:
     response: Callable[[Any], dict] | None = None   # the schema of the 200 answer
     errors: Mapping[int, str] = field(default_factory=dict)  # status -> when it is answered
     error_schema: str | None = None   # components/schemas name of its error body
+    # the 200 answer's media types; `response` is the first's schema (v2's binary tensor data
+    # answers application/octet-stream, /metrics Prometheus text)
+    media_types: tuple[str, ...] = ("application/json",)
 
     def serves(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks

@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from ..core.tasks import TASKS, pipeline_class
 from .auth import OPEN
 from .endpoints import Endpoint, literal, param_schema
+from .v2 import VERSION
 
 try:  # Swagger UI's files (the serve extra); without them /docs says what to install
     from swagger_ui_bundle import swagger_ui_path
@@ -45,6 +46,14 @@ BUSY = {429: "The server holds --max-queued-inputs inputs already; retry after R
              "seconds.",
         503: "The model is loading, the server is draining, or the request was not answered "
              "within --request-timeout-s (its work dropped)."}
+# what reading any body may answer (app._Handlers.read_body)
+READING = {408: "The body did not arrive within --body-timeout-s (the connection is closed)."}
+NOT_READY = {503: "The model is loading, or the server is draining."}
+OTHER_MODEL = {404: "Another model's name (or a version other than 1)."}
+OPENAI_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type"],
+    "properties": {"message": STRING, "type": STRING, "param": {"type": ["string", "null"]},
+                   "code": {"type": ["string", "null"]}}}}}
 
 
 # -- /predict: Hugging Face's convention, from the task record --------------------------------
@@ -156,29 +165,83 @@ def _answer(schema: dict):
     return lambda state: schema
 
 
+def _object(properties: dict, required: list[str] | None = None) -> dict:
+    return {"type": "object", "properties": properties,
+            "required": list(properties) if required is None else required}
+
+
+INTEGER = {"type": "integer"}
+MODEL = _object({"id": STRING, "object": {"const": "model"}, "created": INTEGER,
+                 "owned_by": STRING})
+MODELS = _object({"object": {"const": "list"}, "data": {"type": "array", "items": MODEL}})
+EMBEDDINGS = _object({
+    "object": {"const": "list"}, "model": STRING,
+    "data": {"type": "array", "items": _object({
+        "object": {"const": "embedding"}, "index": INTEGER,
+        "embedding": {"anyOf": [{"type": "array", "items": {"type": "number"}}, STRING],
+                      "description": "Floats, or base64 of little-endian float32."}})},
+    "usage": _object({"prompt_tokens": INTEGER, "total_tokens": INTEGER})})
+TENSOR = _object({"name": STRING, "datatype": STRING,
+                  "shape": {"type": "array", "items": INTEGER}})
+V2_METADATA = _object({"name": STRING, "versions": {"type": "array", "items": STRING},
+                       "platform": STRING, "inputs": {"type": "array", "items": TENSOR},
+                       "outputs": {"type": "array", "items": TENSOR}})
+V2_ANSWER = _object({"model_name": STRING, "model_version": STRING, "id": STRING,
+                     "outputs": {"type": "array", "items": {"type": "object"}}},
+                    ["model_name", "model_version", "outputs"])
+V2 = "Open Inference Protocol v2"
+
+
+def _v2_model_routes(base: str) -> tuple[Endpoint, ...]:
+    """The model's v2 routes under `base` (/v2/models/{name}, or with /versions/{version})."""
+    return (
+        Endpoint("GET", base, "The model's tensors.", V2, response=_answer(V2_METADATA),
+                 errors={**OTHER_MODEL, **NOT_READY}, error_schema="V2Error"),
+        Endpoint("GET", base + "/ready", "The model's readiness (open with --api-key).", V2,
+                 response=_answer(_object({"name": STRING, "ready": {"const": True}})),
+                 errors={**OTHER_MODEL, **NOT_READY}, error_schema="V2Error"),
+        Endpoint("POST", base + "/infer", "Inference on tensors of text.", V2, None,
+                 v2_request, v2_example, _answer(V2_ANSWER), {**LIMITS, **OTHER_MODEL},
+                 "V2Error", ("application/json", "application/octet-stream")))
+
+
 ENDPOINTS = (
     Endpoint("POST", "/predict", "The task's answer (Hugging Face's inference convention).",
              "bertonnx", None, predict_request, predict_example, _answer(ANSWER), LIMITS,
              "Error"),
     Endpoint("GET", "/health", "503 while the model loads, 200 once it answers.", "bertonnx",
-             response=_answer({"type": "object"})),
-    Endpoint("GET", "/metrics", "Prometheus text.", "bertonnx"),
+             response=_answer(_object({"status": STRING, "task": STRING}, ["status"])),
+             errors={503: "Loading, failed to load, or draining: {\"status\"}."}),
+    Endpoint("GET", "/metrics", "Prometheus text.", "bertonnx", response=_answer(STRING),
+             media_types=("text/plain",)),
     Endpoint("GET", "/openapi.json", "This document.", "bertonnx",
-             response=_answer({"type": "object"})),
+             response=_answer({"type": "object"}), errors=NOT_READY, error_schema="Error"),
     Endpoint("POST", "/v1/embeddings", "OpenAI's embeddings API.", "OpenAI",
              ("feature-extraction",), embeddings_request,
              lambda state: {"input": "What is Deep Learning?", "model": state.name},
-             _answer({"type": "object"}), LIMITS),
+             _answer(EMBEDDINGS),
+             {**LIMITS, 404: "model_not_found: another model's name (GET /v1/models)."},
+             "OpenAIError"),
+    # every export answers OpenAI's model list: clients list models before they call
     Endpoint("GET", "/v1/models", "The served model (OpenAI's list).", "OpenAI",
-             ("feature-extraction",), response=_answer({"type": "object"})),
-    Endpoint("GET", "/v2/health/ready", "Open Inference Protocol readiness.",
-             "Open Inference Protocol v2"),
-    Endpoint("GET", "/v2/models/{name}", "The model's tensors.", "Open Inference Protocol v2",
-             response=_answer({"type": "object"})),
-    Endpoint("POST", "/v2/models/{name}/infer", "Inference on tensors of text.",
-             "Open Inference Protocol v2", None, v2_request, v2_example,
-             _answer({"type": "object"}), {**LIMITS, 404: "Another model's name."}, "V2Error"),
+             response=_answer(MODELS), errors=NOT_READY, error_schema="OpenAIError"),
+    Endpoint("GET", "/v1/models/{model}", "The served model (OpenAI's retrieve).", "OpenAI",
+             response=_answer(MODEL),
+             errors={404: "model_not_found: another model's id.", **NOT_READY},
+             error_schema="OpenAIError"),
+    Endpoint("GET", "/v2", "The server: name, version, protocol extensions.", V2,
+             response=_answer(_object({"name": STRING, "version": STRING,
+                                       "extensions": {"type": "array", "items": STRING}}))),
+    Endpoint("GET", "/v2/health/live", "Liveness: 200 while the process runs.", V2,
+             response=_answer(_object({"live": {"const": True}}))),
+    Endpoint("GET", "/v2/health/ready", "Readiness: 200 once the model answers.", V2,
+             response=_answer(_object({"ready": {"const": True}})), errors=NOT_READY,
+             error_schema="V2Error"),
+    *_v2_model_routes("/v2/models/{name}"),
+    *_v2_model_routes("/v2/models/{name}/versions/{version}"),
 )
+# a path parameter's one accepted value, by name (the served model's name otherwise)
+PATH_VALUES = {"version": lambda state: VERSION}
 
 
 # -- the document ----------------------------------------------------------------------------
@@ -195,8 +258,10 @@ def document(state, table: tuple[Endpoint, ...], components: dict) -> dict:
     for e in table:
         if e.serves(pipe.task):
             guarded = keys and e.path not in OPEN
-            # every route with a body goes through the queue's admission (app._Handlers)
-            extra = {**(BUSY if e.request is not None else {}),
+            # every route with a body is read, then goes through the queue's admission
+            # (app._Handlers.infer)
+            extra = {**(READING if e.request is not None else {}),
+                     **(BUSY if e.request is not None else {}),
                      **(UNAUTHORIZED if guarded else {})}
             op = _operation(e, state, extra)
             if guarded:
@@ -213,7 +278,7 @@ def document(state, table: tuple[Endpoint, ...], components: dict) -> dict:
             "paths": paths,
             "components": {"schemas": {"Error": ERROR, "V2Error": {
                 "type": "object", "properties": {"error": STRING}, "required": ["error"]},
-                **components}, **security}}
+                "OpenAIError": OPENAI_ERROR, **components}, **security}}
 
 
 def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
@@ -221,10 +286,10 @@ def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
     op = {"operationId": e.method.lower() + re.sub(r"\W+", "_", e.path).rstrip("_"),
           "summary": e.summary, "tags": [e.tag]}
     names = re.findall(r"{(\w+)}", e.path)
-    if names:   # the one model's name is the only one the server answers
-        op["parameters"] = [{"name": n, "in": "path", "required": True,
-                             "schema": {"type": "string", "enum": [state.name]}}
-                            for n in names]
+    if names:   # the one model's name (and version) is the only one the server answers
+        op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {
+            "type": "string", "enum": [PATH_VALUES.get(n, lambda s: s.name)(state)]}}
+            for n in names]
     if e.request is not None:
         body = {"schema": e.request(state)}
         example = e.example(state) if e.example is not None else None
@@ -232,8 +297,9 @@ def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
             body["example"] = example
         op["requestBody"] = {"required": True, "content": {"application/json": body}}
     ok = {"description": "OK"}
-    if e.response is not None:
-        ok["content"] = {"application/json": {"schema": e.response(state)}}
+    if e.response is not None:   # the schema is the first media type's
+        first, *others = e.media_types
+        ok["content"] = {first: {"schema": e.response(state)}, **{m: {} for m in others}}
     op["responses"] = {"200": ok}
     for status, why in {**e.errors, **extra}.items():
         answer = {"description": why}

@@ -188,7 +188,7 @@ def _inputs(spec: TaskTensors, tensors: list, binary: bytes) -> dict[str, list[s
                            for d in shape)):
             raise _bad(f"input {name!r} needs a shape: a list of sizes, e.g. [N]")
         count = math.prod(shape)
-        size = (t.get("parameters") or {}).get("binary_data_size")
+        size = _parameters(t, f"input {name!r}").get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
                 raise _bad(f"input {name!r} says binary_data_size {size!r} but "
@@ -217,6 +217,14 @@ def _inputs(spec: TaskTensors, tensors: list, binary: bytes) -> dict[str, list[s
         raise _bad(f"the inputs hold different numbers of elements {lengths}; give one "
                    "element of each per row")
     return texts
+
+
+def _parameters(tensor: dict, what: str) -> dict:
+    """A tensor's `parameters`: a JSON object, or none."""
+    params = tensor.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise _bad(f'{what}: "parameters" must be a JSON object')
+    return params
 
 
 def _flatten(name: str, data) -> list[str]:
@@ -262,7 +270,8 @@ def _outputs(spec: TaskTensors, requested, binary_default: bool) -> tuple[tuple[
     for r in requested:
         if not isinstance(r, dict) or not isinstance(r.get("name"), str):
             raise _bad('each requested output must be an object with a "name"')
-        name, params = r["name"], r.get("parameters") or {}
+        name = r["name"]
+        params = _parameters(r, f"output {name!r}")
         if name not in spec.output_names:
             raise _bad(f"unknown output {name!r} for {spec.task}; its outputs: "
                        f"{', '.join(spec.output_names)}")
