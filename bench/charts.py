@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
+from bertonnx.runtime.core.errors import InputError
+
 
 OURS, PEER = "#d9661f", "#7f8c9a"  # bertonnx's bars, every peer's
 
@@ -108,7 +109,8 @@ def charts_of(result: dict, stem: str) -> list[Chart]:
         return retrieval_charts(result)
     if "rows" in result and "cpu" in result:
         return [serve_chart(result, stem)]
-    raise click.UsageError(f"{stem}.json: neither bench.retrieval's nor bench.serve_peers' JSON")
+    raise InputError(f"{stem}.json is neither bench.retrieval's nor bench.serve_peers' JSON",
+                     "pass the JSON those benches write with --json")
 
 
 def _slug(text: str) -> str:
@@ -120,7 +122,7 @@ def draw(chart: Chart, out: Path) -> Path:
     import matplotlib  # bench-only dependency (the [bench] extra)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): pyplot then needs no display
 
     bars = chart.bars[::-1]  # barh draws bottom-up: fastest last, so on top
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.42 * len(bars)))
@@ -150,17 +152,9 @@ def make_charts(results: list[Path], out: Path) -> list[Path]:
             for c in charts_of(json.loads(Path(p).read_text()), Path(p).stem)]
 
 
-@click.command()
-@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), default=Path("docs/img"),
-              show_default=True, help="Folder the PNGs are written to.")
-def charts_command(results, out):
-    """Bar charts (throughput, accuracy beside each bar) from the benches' JSON."""
-    for path in make_charts(list(results), out):
-        click.echo(path)
-
-
 if __name__ == "__main__":  # `python -m bertonnx.bench.charts`
     from bertonnx.runtime.cli.main import run_click
+
+    from .commands import charts_command
 
     sys.exit(run_click(charts_command, prog_name="python -m bertonnx.bench.charts"))

@@ -342,3 +342,15 @@ def batch_caps_command(folder, work, caps, calls, rounds, threads, memory, as_js
               for cap in chosen} if memory else None)
     rep = caps_report(folder, work, results, peaks)
     click.echo(json.dumps(rep, indent=2) if as_json else format_caps(rep))
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=Path("docs/img"),
+              show_default=True, help="Folder the PNGs are written to.")
+def charts_command(results, out):
+    """Bar charts (throughput, accuracy beside each bar) from the benches' JSON."""
+    from .charts import make_charts  # matplotlib: only when charts are drawn
+
+    for path in make_charts(list(results), out):
+        click.echo(path)

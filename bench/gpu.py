@@ -42,6 +42,7 @@ EXPECTED = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvi
 
 def gpu_texts() -> list[str]:
     """The 2,000 prose texts the GPU figures were measured on (deterministic)."""
+    # inputs only when texts are made: the GPU script runs without the rest of bench
     from .inputs import prose_passages, prose_sentences
     texts = prose_sentences(1300) + prose_passages(700)
     Random(0).shuffle(texts)
@@ -85,6 +86,7 @@ def environment() -> dict:
         except ImportError as e:
             env[name] = f"missing ({e})"
     try:
+        # onnxruntime (and its CUDA libraries) only on the machine that times it
         import onnxruntime
         env["onnxruntime_providers"] = onnxruntime.get_available_providers()
     except ImportError:
@@ -93,6 +95,7 @@ def environment() -> dict:
 
 
 def sentence_transformers_rows(model_dir, texts, batches, rounds, reference, vectors) -> list:
+    # torch and sentence-transformers: the reference, imported only where it runs
     import torch
     from sentence_transformers import SentenceTransformer
     rows = []
@@ -128,6 +131,7 @@ def bertonnx_rows(folder, providers, texts, batches, rounds, reference, vectors,
     import onnxruntime
     if hasattr(onnxruntime, "preload_dlls"):
         onnxruntime.preload_dlls()
+    # the runtime after preload_dlls: its session must find the CUDA libraries loaded
     from bertonnx.runtime import load
     rows = []
     for provider in providers:
@@ -175,6 +179,7 @@ def main(argv=None) -> int:
     texts = (args.texts.read_text(encoding="utf-8").splitlines() if args.texts else gpu_texts())
     texts = [t for t in texts if t.strip()]
     if args.save_reference:
+        # the reference's vectors, made where torch is (the machine that saves them)
         from sentence_transformers import SentenceTransformer
         model = SentenceTransformer(str(args.model), device="cpu")
         np.save(args.save_reference, model.encode(texts, batch_size=64, normalize_embeddings=True,

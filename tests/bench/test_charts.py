@@ -10,7 +10,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from bertonnx.bench.charts import charts_command, charts_of, make_charts
+from bertonnx.bench.charts import charts_of, make_charts
+from bertonnx.bench.commands import charts_command
 from bertonnx.bench.retrieval import RetrievalOptions, retrieval
 
 pytest.importorskip("matplotlib", reason="the charts need matplotlib (the [bench] extra)")
