@@ -45,7 +45,7 @@ from .batching import DynamicBatcher
 from .metrics import Metrics
 from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
 from .settings import ServeOptions
-from .wire import PREDICT, Wire
+from .wire import Wire
 
 # A request with more characters than this is priced (tokenized) in a thread, not on the
 # event loop: ~0.2 ms of tokenizing stays inline, where a thread hop would cost as much.
@@ -229,7 +229,8 @@ class _Handlers:
         return wire.respond(prepared.answer(pipe, results), call, work)
 
     async def predict(self, request):
-        return await self.infer(request, PREDICT)
+        # Hugging Face's convention; TEI's on a classifier's body with TEI's fields
+        return await self.infer(request, tei_routes.PREDICT_ROUTE)
 
     async def infer(self, request, wire: Wire):
         """One inference request of any protocol, start to finish: readiness, the drain, the
@@ -321,7 +322,8 @@ class _Handlers:
 
 
 # The route table: every route's Endpoint record (the exports that serve it, its OpenAPI entry)
-ENDPOINTS = (*openapi.ENDPOINTS, *tei_routes.ENDPOINTS, *cohere.ENDPOINTS)
+ENDPOINTS = (*tei_routes.with_tei_predict(openapi.ENDPOINTS), *tei_routes.ENDPOINTS,
+             *cohere.ENDPOINTS)
 COMPONENTS = {"TeiError": tei_routes.ERROR_SCHEMA,   # the protocols' error bodies
               "CohereError": cohere.ERROR_SCHEMA}
 

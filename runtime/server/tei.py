@@ -10,7 +10,8 @@ LlamaIndex's TEI embeddings, code written against TEI), answered in TEI's shapes
                                              "special", "start", "stop"}]]
     GET  /info          TEI's kinds         {"model_id", "model_dtype", "model_type", ...}
 
-and /rerank, /embed_sparse (tei_retrieval.py). TEI's defaults hold on its routes, whatever
+and /rerank, /embed_sparse (tei_retrieval.py), /predict, /similarity, /embed_all, /decode and
+the base URL (tei_drop_in.py). TEI's defaults hold on its routes, whatever
 the export's own: /embed answers unit vectors unless `normalize` is false. `dimensions` keeps a
 vector's first N values (normalized after, as TEI does: Matryoshka models). Texts longer than
 the model are truncated (TEI's --auto-truncate, on by default), at their end unless
@@ -45,9 +46,10 @@ from .settings import flag
 from .wire import Call, FieldError, Wire
 
 TAG = "Text Embeddings Inference"
+# the exports /info describes as TEI's kinds of model: each answers that kind's TEI routes
+# (a zero-shot export is not one: it needs candidate labels TEI's /predict cannot send)
 MODEL_TYPES = {"feature-extraction": "embedding", "sparse-embedding": "embedding",
-               "text-ranking": "reranker", "text-classification": "classifier",
-               "zero-shot-classification": "classifier"}
+               "text-ranking": "reranker", "text-classification": "classifier"}
 # our kinds of refusal -> TEI's (status, error_type); any other client error is 422 validation
 _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              "PayloadTooLarge": (413, "Validation"), "Timeout": (408, "Validation"),
@@ -55,6 +57,7 @@ _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              # TEI answers a bad key with an empty 401; ours carries its ErrorResponse (auth.py)
              "InvalidApiKey": (401, "Validation")}
 _DTYPES = {"none": "float32", "fp16": "float16", "int8": "int8"}
+_PRECISIONS = {"bf16": "bfloat16"}   # an engine's float arithmetic on an fp32 graph
 # TEI's names of the pooling modes where they differ from sentence-transformers'
 _POOLING = {"lasttoken": "last_token"}
 
@@ -297,6 +300,16 @@ def respond_json(value) -> Response:
 
 # -- GET /info -------------------------------------------------------------------------------
 
+def model_dtype(pipe) -> str:
+    """The numbers the model runs in: the export's quantization, else the engine's precision
+    (OpenVINO at bf16 on an fp32 graph answers in bfloat16)."""
+    dtype = _DTYPES.get(pipe.folder.manifest.quantization.get("mode"), "float32")
+    config = getattr(getattr(pipe, "session", None), "config", None)
+    if dtype == "float32" and config is not None:
+        return _PRECISIONS.get(config.precision, dtype)
+    return dtype
+
+
 def info(state) -> dict:
     """TEI's Info object, filled from the export and the server's settings: what TEI's fields
     mean here is in docs/protocols.md."""
@@ -314,7 +327,7 @@ def info(state) -> dict:
     except metadata.PackageNotFoundError:
         version = "unknown"
     return {"model_id": manifest.source or str(pipe.folder.path), "model_sha": None,
-            "model_dtype": _DTYPES.get(manifest.quantization.get("mode"), "float32"),
+            "model_dtype": model_dtype(pipe),
             "served_model_name": state.name, "model_type": {kind: model_type},
             "max_concurrent_requests": options.max_connections,
             "max_input_length": pipe.max_length,

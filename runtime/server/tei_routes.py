@@ -1,8 +1,12 @@
-"""TEI's routes (tei.py speaks them): each one's `Endpoint` — the exports that serve it and its
-OpenAPI entry, TEI's request and response types (router/src/http/types.rs) with the task
-record's parameters where they are the same — and the Starlette routes on the app's handlers.
+"""TEI's routes (tei.py, tei_retrieval.py and tei_drop_in.py speak them): each one's
+`Endpoint` — the exports that serve it and its OpenAPI entry, TEI's request and response types
+(router/src/http/types.rs) with the task record's parameters where they are the same — the
+wire each route speaks (POST / and /invocations: by the export's task, as TEI's router), and
+the Starlette routes on the app's handlers.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -11,7 +15,10 @@ from ..core.tasks import TASKS
 from ..core.tensors import hidden_size
 from .endpoints import Endpoint, not_served, param_schema
 from .tei import MODEL_TYPES, TAG, EmbedWire, TokenizeWire, error, info
+from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire,
+                          InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
+from .wire import PREDICT
 
 STRING = {"type": "string"}
 NULL = {"type": "null"}
@@ -81,6 +88,59 @@ def tokenize_request(state) -> dict:
                     **_prompt(state)}, ["inputs"])
 
 
+SEQUENCE = {"type": "array", "items": STRING, "minItems": 1, "maxItems": 2,
+            "description": "A text, or a text and its pair."}
+
+
+def tei_predict_request(state) -> dict:
+    """TEI's PredictRequest."""
+    limit = state.options.limits.max_inputs
+    return _object({
+        "inputs": {"description": "A text, a [text, pair], or a batch of [text] and "
+                                  f"[text, pair] lists (at most {limit}, --max-inputs).",
+                   "anyOf": [STRING, SEQUENCE, {"type": "array", "items": SEQUENCE,
+                                                "minItems": 1, "maxItems": limit}]},
+        "truncate": TRUNCATE,
+        "truncation_direction": {"type": "string", "enum": ["Right", "right"],
+                                 "default": "Right", "description": "Long texts are cut at "
+                                 "their end (Left is refused)."},
+        "raw_scores": {"type": "boolean", "default": False,
+                       "description": "The logits, without the export's activation."}},
+        ["inputs"])
+
+
+def similarity_request(state) -> dict:
+    limit = state.options.limits.max_inputs
+    return _object({
+        "inputs": _object({
+            "source_sentence": {**STRING, "description": "What the sentences are compared "
+                                                         "with."},
+            "sentences": {"type": "array", "items": STRING, "minItems": 1,
+                          "maxItems": max(1, limit - 1),
+                          "description": f"At most {limit} texts with the source "
+                                         "(--max-inputs)."}},
+            ["source_sentence", "sentences"]),
+        "parameters": {"anyOf": [_object({"truncate": TRUNCATE,
+                                          "truncation_direction": DIRECTION,
+                                          **_prompt(state)}, []), NULL], "default": None}},
+        ["inputs"])
+
+
+def embed_all_request(state) -> dict:
+    return _object({"inputs": texts_schema(state), "truncate": TRUNCATE,
+                    "truncation_direction": DIRECTION, **_prompt(state)}, ["inputs"])
+
+
+def decode_request(state) -> dict:
+    vocab = state.pipeline.tokenizer.vocab_size
+    ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}}
+    return _object({
+        "ids": {"anyOf": [ids, {"type": "array", "items": ids, "minItems": 1,
+                                "maxItems": state.options.limits.max_inputs}],
+                "description": "Token ids, or a batch of lists of them."},
+        "skip_special_tokens": {"type": "boolean", "default": True}}, ["ids"])
+
+
 def _object(properties: dict, required: list[str]) -> dict:
     return {"type": "object", "properties": properties, "required": required,
             "additionalProperties": False}
@@ -121,6 +181,17 @@ INFO = _object({
     "version": STRING, "sha": {"anyOf": [STRING, NULL]},
     "docker_label": {"anyOf": [STRING, NULL]}}, ["model_id", "model_dtype", "model_type"])
 
+PREDICTION = _object({"score": {"type": "number"}, "label": STRING}, ["score", "label"])
+PREDICTIONS = {"type": "array", "items": PREDICTION, "description": "Every label, best first."}
+PREDICT_ANSWER = {"anyOf": [PREDICTIONS, {"type": "array", "items": PREDICTIONS}],
+                  "description": "A batch: one list per input."}
+SIMILARITIES = {"type": "array", "items": {"type": "number"},
+                "description": "The cosine of each sentence with the source sentence."}
+TOKEN_VECTORS = {"type": "array", "description": "Per input, per token, its vector.",
+                 "items": {"type": "array", "items": {"type": "array",
+                                                      "items": {"type": "number"}}}}
+DECODED = {"type": "array", "items": STRING, "description": "One text per list of ids."}
+
 ERRORS = {413: "A body past --max-body-bytes.",
           422: "Input validation error: a bad field, an input past the model with truncate "
                "false, or past a limit (--max-inputs, --max-tokens), named in the message.",
@@ -151,13 +222,133 @@ TOKENIZE = Endpoint("POST", "/tokenize", "The tokens of each text (TEI's /tokeni
 INFO_ENDPOINT = Endpoint("GET", "/info", "The served model and the server's limits (TEI's "
                          "/info).", TAG, tuple(MODEL_TYPES), response=lambda state: INFO,
                          errors={503: "The model is loading."}, error_schema="TeiError")
-ENDPOINTS = (EMBED, RERANK, EMBED_SPARSE, TOKENIZE, INFO_ENDPOINT)
+TEI_PREDICT = Endpoint("POST", "/predict", "Every label, best first (TEI's /predict).", TAG,
+                       ("text-classification",), tei_predict_request,
+                       _example({"inputs": EXAMPLE, "raw_scores": False}),
+                       lambda state: PREDICT_ANSWER, ERRORS, "TeiError")
+SIMILARITY = Endpoint("POST", "/similarity", "The cosine of sentences with a source sentence "
+                      "(TEI's /similarity).", TAG, ("feature-extraction",), similarity_request,
+                      _example({"inputs": {"source_sentence": EXAMPLE,
+                                           "sentences": ["What is Machine Learning?"]}}),
+                      lambda state: SIMILARITIES, {**ERRORS, 404: "Not an embedding export."},
+                      "TeiError")
+EMBED_ALL = Endpoint("POST", "/embed_all", "Every token's vector (TEI's /embed_all).", TAG,
+                     ("feature-extraction",), embed_all_request, _example({"inputs": EXAMPLE}),
+                     lambda state: TOKEN_VECTORS, {**ERRORS, 404: "Not an embedding export."},
+                     "TeiError")
+DECODE = Endpoint("POST", "/decode", "The text of token ids (TEI's /decode).", TAG, None,
+                  decode_request, _example({"ids": [[0]]}), lambda state: DECODED, ERRORS,
+                  "TeiError")
+
+# POST / and /invocations: the route TEI's router puts there for the export's kind
+# (server.rs, by ModelType), a body with "parameters" the Inference API's convention
+_KIND_SCHEMAS = {"feature-extraction": ((embed_request, VECTORS),
+                                        (similarity_request, SIMILARITIES)),
+                 "sparse-embedding": ((sparse_request, SPARSE),),
+                 "text-ranking": ((rerank_request, RANKS),),
+                 "text-classification": ((tei_predict_request, PREDICT_ANSWER),)}
+_KIND_EXAMPLES = {"text-ranking": RERANK.example}
+
+
+def base_request(state) -> dict:
+    from . import openapi   # at call time: openapi imports auth, which imports this module
+
+    own = [request(state) for request, _ in _KIND_SCHEMAS.get(state.pipeline.task, ())]
+    predict = openapi.predict_request(state)
+    return {"anyOf": [*own, predict]} if own else predict
+
+
+def base_response(state) -> dict:
+    from . import openapi   # at call time, as above
+
+    own = [answer for _, answer in _KIND_SCHEMAS.get(state.pipeline.task, ())]
+    return {"anyOf": [*own, openapi.ANSWER]} if own else openapi.ANSWER
+
+
+def base_example(state):
+    from . import openapi   # at call time, as above
+
+    task = state.pipeline.task
+    if task in _KIND_EXAMPLES:
+        return _KIND_EXAMPLES[task](state)
+    return {"inputs": EXAMPLE} if task in _KIND_SCHEMAS else openapi.predict_example(state)
+
+
+def _base(path: str, summary: str) -> Endpoint:
+    return Endpoint("POST", path, summary, TAG, None, base_request, base_example,
+                    base_response, ERRORS, "TeiError")
+
+
+BASE = _base("/", "The export's TEI route, by its kind (TEI's base URL): /embed, /similarity "
+                  "(a body of {source_sentence, sentences}), /embed_sparse, /rerank or /predict; "
+                  "a body with \"parameters\" or another task: /predict's answer.")
+INVOCATIONS = _base("/invocations", "As POST / (SageMaker's route).")
+ENDPOINTS = (EMBED, RERANK, EMBED_SPARSE, TOKENIZE, INFO_ENDPOINT, SIMILARITY, EMBED_ALL, DECODE,
+             BASE, INVOCATIONS)
 ERROR_SCHEMA = _object({"error": STRING, "error_type": {
     "type": "string", "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer",
                                "Empty"]}}, ["error", "error_type"])
 
 WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
-         "/embed_sparse": EmbedSparseWire(EMBED_SPARSE), "/tokenize": TokenizeWire(TOKENIZE)}
+         "/embed_sparse": EmbedSparseWire(EMBED_SPARSE), "/tokenize": TokenizeWire(TOKENIZE),
+         "/similarity": SimilarityWire(SIMILARITY), "/embed_all": EmbedAllWire(EMBED_ALL),
+         "/decode": DecodeWire(DECODE)}
+TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
+INFERENCE_API = InferenceApiWire()
+_BY_KIND = {"feature-extraction": WIRES["/embed"], "sparse-embedding": WIRES["/embed_sparse"],
+            "text-ranking": WIRES["/rerank"], "text-classification": TEI_PREDICT_WIRE}
+
+
+def base_wire(state, data):
+    """POST /'s wire for a body (`data`, None when it is not JSON)."""
+    task, body = state.pipeline.task, data if isinstance(data, dict) else {}
+    if task == "feature-extraction" and isinstance(body.get("inputs"), dict):
+        return WIRES["/similarity"]
+    if "parameters" in body:
+        return INFERENCE_API
+    return _BY_KIND.get(task, INFERENCE_API)
+
+
+def predict_wire(state, data):
+    """/predict's wire: TEI's for a classifier's body with a TEI field and no "parameters"."""
+    if (state.pipeline.task == "text-classification" and isinstance(data, dict)
+            and "parameters" not in data and TEI_PREDICT_FIELDS & data.keys()):
+        return TEI_PREDICT_WIRE
+    return PREDICT
+
+
+BASE_ROUTE = Dispatch("tei-base", base_wire, WIRES["/embed"])   # TEI's errors
+PREDICT_ROUTE = Dispatch("predict", predict_wire, PREDICT)       # /predict's errors
+
+
+def with_tei_predict(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    """`endpoints` with /predict's entry taking TEI's PredictRequest too, on a classifier."""
+    def widen(e: Endpoint) -> Endpoint:
+        if (e.method, e.path) != ("POST", "/predict"):
+            return e
+
+        def request(state):
+            own = e.request(state)
+            if state.pipeline.task != "text-classification":
+                return own
+            tei = tei_predict_request(state)["properties"]
+            inputs = {"anyOf": [own["properties"]["inputs"], tei.pop("inputs")]}
+            return {**own, "properties": {**own["properties"], "inputs": inputs, **tei},
+                    "description": "Hugging Face's convention; TEI's PredictRequest (its "
+                                   "inputs and answer) when the body holds truncate, "
+                                   "truncation_direction or raw_scores and no parameters."}
+
+        def response(state):
+            own = e.response(state)
+            if state.pipeline.task != "text-classification":
+                return own
+            return {"anyOf": [own, PREDICT_ANSWER]}
+
+        return replace(e, request=request, response=response, errors={
+            **e.errors, 422: "A classifier's TEI-shaped request TEI refuses: an input past "
+                             "the model with truncate false, truncation_direction Left."})
+
+    return tuple(widen(e) for e in endpoints)
 
 
 def routes(h) -> list:
@@ -179,4 +370,6 @@ def routes(h) -> list:
         return JSONResponse(info(state))
 
     return [*(Route(path, inference(wire), methods=["POST"]) for path, wire in WIRES.items()),
-            Route("/info", get_info, methods=["GET"])]
+            Route("/info", get_info, methods=["GET"]),
+            *(Route(path, inference(BASE_ROUTE), methods=["POST"])
+              for path in ("/", "/invocations"))]

@@ -6,10 +6,12 @@ Every inference route runs the same path in app.py (`_Handlers.infer`): the body
 (protocol.Prepared), the dynamic batcher, the metrics, the drain. Only these three steps
 differ between the protocols:
 
-    POST /predict                   Hugging Face's convention   PREDICT (here)
+    POST /predict                   Hugging Face's convention   PREDICT (here; TEI's on a
+                                                                classifier: tei_routes)
     POST /v1/embeddings             OpenAI's embeddings API     openai.EMBEDDINGS
     POST /v2/models/{name}/infer    Open Inference Protocol v2  v2.INFER
-    POST /embed, /rerank, ...       text-embeddings-inference   tei_routes.WIRES
+    POST /embed, /rerank, /, ...    text-embeddings-inference   tei_routes.WIRES, its
+                                                                dispatch by task
     POST /v2/rerank                 Cohere's rerank             cohere.WIRE
 
 so a request merged into a batch with requests of another protocol gets the same answer.
