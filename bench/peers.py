@@ -262,8 +262,11 @@ def ctranslate2_engines(source: Path, work: Path, threads: int, say
     tok.enable_truncation(max_len)
     engines = []
     for quant, precision in (("float32", "fp32"), ("int8", "int8")):
-        encoder = ctranslate2.Encoder(str(ct2_model(source, work, quant, say)), device="cpu",
-                                      intra_threads=threads)
+        try:
+            converted = ct2_model(source, work, quant, say)
+        except ValueError as e:  # a family it has no converter for (MPNet: all-mpnet-base-v2)
+            return [], [Skipped("CTranslate2", str(e).split(" (supported")[0])]
+        encoder = ctranslate2.Encoder(str(converted), device="cpu", intra_threads=threads)
 
         def call(texts, encoder=encoder):
             ids = [e.ids for e in tok.encode_batch(texts)]

@@ -209,12 +209,13 @@ def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
 def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, say
                 ) -> tuple[list[Engine], list[peers.Skipped]]:
     threads = options.threads or cores()
-    folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
-               for q in options.precisions]
     # the peers first: optimum-intel converts through the `openvino` package's frontends, which
     # it cannot find once onnxruntime's OpenVINO plugin (bertonnx's engine) has loaded its own
-    # copy of libopenvino into the process; loaded second, the plugin uses the package's
+    # copy of libopenvino into the process; loaded second, the plugin uses the package's. The
+    # exports too: their parity gates bf16 on that plugin
     found, skipped = peers.st_engines(kind, source, work, threads, options.peers, say)
+    folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
+               for q in options.precisions]
     engines = [bertonnx_engine(kind, f, threads) for f in folders] + found
     if "ctranslate2" in options.peers:
         if kind == "embed":
