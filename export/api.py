@@ -352,6 +352,9 @@ def parity_report(folder: str | Path, reference: str | Path | Bert | LoadedCheck
     with tempfile.TemporaryDirectory(prefix="bertonnx-parity-") as d:
         reference = row.reference(m, tokenizer, Path(d))
         report = row.judge(reference, parity.session(folder / MODEL_NAME))
+        # and on every other engine this machine runs the graph with (informative: the exit
+        # status is the CPU provider's verdict, as at export)
+        report["engines"] = engines.judge(reference, folder / MODEL_NAME, mode, lambda m: None)
     if loaded.head_initialised:
         # load_checkpoint draws missing heads from a fixed seed, so the export of the same
         # folder matches; say so, since such a head is not a trained one.

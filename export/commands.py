@@ -129,6 +129,8 @@ def parity(folder, reference, per_layer, as_json):
         click.echo(json.dumps(report, indent=2))
     else:
         click.echo(summary_line(report))
+        for line in summary_lines(report.get("engines", {})):
+            click.echo(line)
         if per_layer:
             for row in report["per_layer"]["layers"]:
                 click.echo(f"  {row['where']:>12}: max |Δ| {row['max_abs']:.2e}")
