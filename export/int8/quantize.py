@@ -56,7 +56,7 @@ def _root_logger_at_error():
 
 
 def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
-         scratch: Path | None = None, *, attention: bool = True
+         scratch: Path | None = None, *, attention: bool = True, keep_fp32: tuple = ()
          ) -> tuple[onnx.ModelProto, dict]:
     """Dynamic int8 of the fused graph `proto`; returns the graph and the manifest's settings.
 
@@ -85,7 +85,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
                          weight_type=getattr(QuantType, s.weight_type),
                          op_types_to_quantize=[op for op in QUANTIZED_OPS
                                                if attention or op != "Attention"],
-                         nodes_to_exclude=list(tied_decoder.NODES) + fp32 + biased,
+                         nodes_to_exclude=[*tied_decoder.NODES, *fp32, *biased, *keep_fp32],
                          extra_options={"MatMulConstBOnly": True})
         q = onnx.load(str(out))
     fusion.unfuse_bias_gelu(q)  # lets onnxruntime fold the bias into the int8 MatMul

@@ -12,6 +12,9 @@ gate refuses gives way to the next, so what ships is the fastest one that passes
     s8-attention-fp32  quantize_dynamic, Attention left alone  s8 per-channel         fp32
     s8-smooth          s8 after SmoothQuant (smooth.py)        s8 per-channel         QAttention
     s8-rr-smooth       s8-rr after SmoothQuant                 s8 per-channel, 7-bit  QAttention
+    s8-smooth-qkv      s8 after SmoothQuant of the MatMuls     s8 per-channel         QAttention
+                       and of each Attention's QKV input
+    s8-rr-smooth-qkv   s8-rr after the same                    s8 per-channel, 7-bit  QAttention
     nbits8             MatMulNBits, 8-bit blocks of 32, int8 compute (accuracy_level 4)
                                                                s8 blockwise           fp32
     static             quantize_static (QDQ), calibrated on real sentences
@@ -42,6 +45,7 @@ class Recipe:
     settings: Int8Settings = field(default_factory=Int8Settings)  # dynamic and static weights
     attention: bool = True               # quantize the fused Attention (dynamic only)
     smooth: bool = False                 # SmoothQuant the MatMuls first (dynamic only)
+    smooth_attention: bool = False       # ... and the fused Attention's QKV projection
 
     def record(self) -> dict:
         """What the manifest says about the recipe."""
@@ -67,6 +71,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "per-channel weights", _S8, smooth=True),
     Recipe("s8-rr-smooth", "dynamic", "dynamic int8 of the fused graph after SmoothQuant, s8 "
            "per-channel 7-bit weights", _S8_RR, smooth=True),
+    # every quantized input smoothed, the Attention's too: all-MiniLM-L6-v2 as close to fp32
+    # as CTranslate2's int8 (docs/int8.md, "Accuracy against CTranslate2")
+    Recipe("s8-smooth-qkv", "dynamic", "dynamic int8 of the fused graph after SmoothQuant of "
+           "every MatMul and Attention input, s8 per-channel weights", _S8, smooth=True,
+           smooth_attention=True),
+    Recipe("s8-rr-smooth-qkv", "dynamic", "dynamic int8 of the fused graph after SmoothQuant "
+           "of every MatMul and Attention input, s8 per-channel 7-bit weights", _S8_RR,
+           smooth=True, smooth_attention=True),
     Recipe("nbits8", "nbits", "MatMulNBits: 8-bit blockwise weights (block 32), int8 compute "
            "(accuracy_level 4); Attention and embedding kept fp32"),
     Recipe("static", "static", "static int8 (QDQ) of the fused graph's MatMuls, activations "
@@ -135,9 +147,11 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
     else:
         r = recipe(name)
         if r.method == "dynamic" and r.smooth:
-            proto, n = smooth.smooth(proto, calibration_feeds(tokenizer, name), scratch)
+            proto, n = smooth.smooth(proto, calibration_feeds(tokenizer, name), scratch,
+                                     attention=r.smooth_attention)
             q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
-            info["smoothing"] = (f"SmoothQuant (alpha {smooth.ALPHA}) of {n} MatMuls, "
+            what = "MatMuls and Attention inputs" if r.smooth_attention else "MatMuls"
+            info["smoothing"] = (f"SmoothQuant (alpha {smooth.ALPHA}) of {n} {what}, "
                                  "activation maxima on export/texts.py's sentences")
         elif r.method == "dynamic":
             q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)

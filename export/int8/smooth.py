@@ -36,24 +36,31 @@ from onnx import helper, numpy_helper
 
 from bertonnx.runtime.core.session import create_session
 
+from ..attention_bias import ATTENTION_BIAS
 from ..graph import without_weights
 
 ALPHA = 0.75  # between the two best of the sweep above
 _FLOOR = 1e-5  # a channel that is always 0 (or a zero weight row) keeps s finite
 
 
-def _shared_matmuls(proto: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
-    """Weight name -> the MatMuls that read it as their 2-D constant B, for weights nothing
-    else reads (a tied table read by a Gather too is left alone)."""
+def _shared_matmuls(proto: onnx.ModelProto, attention: bool = False
+                    ) -> dict[str, list[onnx.NodeProto]]:
+    """Weight name -> the MatMuls (and, with `attention`, the fused Attention nodes) that read
+    it as their 2-D constant B, for weights nothing else reads (a tied table read by a Gather
+    too is left alone). An Attention that reads an attention_bias stays fp32 (quantize.py):
+    smoothing it would add a Mul for nothing."""
     g = proto.graph
     weights = {i.name for i in g.initializer if len(i.dims) == 2}
+    ops = ("MatMul", "Attention") if attention else ("MatMul",)
     readers: dict[str, list] = defaultdict(list)
     for node in g.node:
         for name in node.input:
             if name in weights:
                 readers[name].append(node)
     return {w: nodes for w, nodes in readers.items()
-            if all(n.op_type == "MatMul" and n.input[1] == w and n.input[0] != w
+            if all(n.op_type in ops and n.input[1] == w and n.input[0] != w
+                   and not (n.op_type == "Attention" and len(n.input) > ATTENTION_BIAS
+                            and n.input[ATTENTION_BIAS])
                    for n in nodes)}
 
 
@@ -82,11 +89,12 @@ def _channel_maxima(proto: onnx.ModelProto, names: list[str], feeds: list[dict],
     return maxima
 
 
-def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = None
-           ) -> tuple[onnx.ModelProto, int]:
+def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = None, *,
+           alpha: float = ALPHA, attention: bool = False) -> tuple[onnx.ModelProto, int]:
     """The graph with every eligible MatMul smoothed (see the module docstring), and how
-    many MatMuls were. `proto` is changed in place and returned."""
-    groups = _shared_matmuls(proto)
+    many MatMuls were; with `attention`, the fused Attention's QKV projection too (its
+    [H, 3H] weight is a MatMul's B). `proto` is changed in place and returned."""
+    groups = _shared_matmuls(proto, attention)
     inputs = sorted({n.input[0] for nodes in groups.values() for n in nodes})
     if not inputs:
         return proto, 0
@@ -98,8 +106,8 @@ def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = Non
         weight = numpy_helper.to_array(inits[w])  # (K, N)
         amax = np.maximum.reduce([maxima[n.input[0]] for n in nodes])
         amax = np.maximum(amax, np.median(amax))  # quiet channels: see the module docstring
-        s = (np.maximum(amax, _FLOOR) ** ALPHA
-             / np.maximum(np.abs(weight).max(axis=1), _FLOOR) ** (1 - ALPHA)).astype(np.float32)
+        s = (np.maximum(amax, _FLOOR) ** alpha
+             / np.maximum(np.abs(weight).max(axis=1), _FLOOR) ** (1 - alpha)).astype(np.float32)
         inits[w].CopyFrom(numpy_helper.from_array(weight * s[:, None], w))
         inverse = f"{w}_smooth_inverse"
         g.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
@@ -110,7 +118,7 @@ def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = Non
             node.input[0] = smoothed
     ordered = []
     for node in g.node:
-        if node.op_type == "MatMul" and node.input[0] in muls:
+        if node.op_type in ("MatMul", "Attention") and node.input[0] in muls:
             ordered.append(muls[node.input[0]])
         ordered.append(node)
     del g.node[:]

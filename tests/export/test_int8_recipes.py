@@ -85,7 +85,10 @@ EXPECTED_OPS = {"s8-rr": {"QAttention": 2}, "s8": {"QAttention": 2},
                 "static": {"Attention": 2, "QuantizeLinear": 4},
                 # a Mul before each of the 6 MatMuls (attention out, FFN up and down per layer)
                 "s8-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6},
-                "s8-rr-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6}}
+                "s8-rr-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6},
+                # and one before each layer's Attention (its QKV projection)
+                "s8-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6},
+                "s8-rr-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6}}
 
 
 @pytest.mark.parametrize("name", list(RECIPES))

@@ -1,0 +1,71 @@
+"""int8 as close to fp32 as CTranslate2's int8 (docs/int8.md, "Accuracy against CTranslate2"):
+the s8-smooth-qkv recipes smooth every quantized input, the fused Attention's too; on the
+real all-MiniLM-L6-v2 (slow) s8-smooth-qkv keeps mean cosine ≥ 0.995 and worst ≥ 0.99 to
+fp32 on held-out prose."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from bertonnx.export import ExportOptions, export_model
+from bertonnx.export.int8 import smooth
+from bertonnx.export.int8.recipes import RECIPES, calibration_feeds
+from bertonnx.runtime.core.contract import MODEL_NAME
+from bertonnx.runtime.core.session import create_session
+
+TASK = "feature-extraction"
+
+
+def _run(path, feeds):
+    sess = create_session(path).inner
+    wanted = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in wanted})[0]
+
+
+def test_smoothing_the_attention_input_keeps_the_outputs(tiny_export, tmp_path):
+    folder = tiny_export(TASK)
+    from bertonnx.build import load_tokenizer
+
+    feeds = calibration_feeds(load_tokenizer(folder))
+    proto = onnx.load(str(folder / MODEL_NAME))
+    plain, n_plain = smooth.smooth(onnx.ModelProto.FromString(proto.SerializeToString()),
+                                   feeds, tmp_path)
+    both, n = smooth.smooth(proto, feeds, tmp_path, attention=True)
+    attention = [x for x in both.graph.node if x.op_type == "Attention"]
+    assert n == n_plain + len(attention) and attention
+    made = {o for x in both.graph.node if x.op_type == "Mul" for o in x.output}
+    assert all(a.input[0] in made for a in attention)  # each Attention reads its Mul
+    onnx.save_model(both, str(tmp_path / "both.onnx"))
+    ref, got = _run(folder / MODEL_NAME, feeds[0]), _run(tmp_path / "both.onnx", feeds[0])
+    np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+def test_the_recipe_records_what_it_smoothed(tiny_checkpoint, tmp_path):
+    m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "q",
+                     ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv"))
+    q = m.quantization
+    assert q["recipe"] == "s8-smooth-qkv" and "Attention inputs" in q["smoothing"]
+    assert m.parity["passed"]
+    assert RECIPES["s8-rr-smooth-qkv"].settings.reduce_range
+
+
+# recipe -> the worst cosine it keeps: 7-bit weights (AVX2's) fall just under 0.99 on one
+# sentence (0.9897 measured: docs/int8.md)
+WORST = {"s8-smooth-qkv": 0.99, "s8-rr-smooth-qkv": 0.985}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(WORST))
+def test_real_minilm_is_as_close_to_fp32_as_ctranslate2_int8(minilm_dir, tmp_path, name):
+    from bertonnx.bench.inputs import prose_passages, prose_sentences
+    from bertonnx.runtime import load
+
+    export_model(minilm_dir, TASK, tmp_path / "fp32", ExportOptions(parity=False))
+    export_model(minilm_dir, TASK, tmp_path / name,
+                 ExportOptions(quantize="int8", int8_recipe=name, parity=False))
+    fp32, int8 = load(tmp_path / "fp32"), load(tmp_path / name)
+    for texts in (prose_sentences(512), prose_passages(128)):
+        a, b = np.asarray(fp32(texts)), np.asarray(int8(texts))
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        assert cos.mean() >= 0.995 and cos.min() >= WORST[name], (cos.mean(), cos.min())
