@@ -89,12 +89,20 @@ class Choice:
 
 
 def engine(name: str) -> Engine:
-    name = ALIASES.get(name.strip().lower(), name.strip().lower())
-    if name not in ENGINES:
-        raise ConfigError(f"unknown engine {name!r}",
-                          f"use auto, {', '.join(ENGINES)} or ENGINE:PRECISION "
-                          "(e.g. openvino:bf16)")
-    return ENGINES[name]
+    """The row of an engine name, or of an onnxruntime provider this build has (ROCm, DirectML,
+    CoreML ... run as they are, f32, falling back to the CPU provider)."""
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key in ENGINES:
+        return ENGINES[key]
+    if name.strip() in PROVIDER_ENGINES:
+        return ENGINES[PROVIDER_ENGINES[name.strip()]]
+    available = ort.get_available_providers()
+    if name.strip() in available:
+        return Engine(name.strip(), name.strip(), ("f32",))
+    raise ConfigError(f"execution provider {name.strip()!r} is not available in this "
+                      f"onnxruntime (available: {', '.join(available)})",
+                      f"use auto, {', '.join(ENGINES)}, ENGINE:PRECISION (e.g. openvino:bf16) "
+                      "or one of those")
 
 
 def parse(spec) -> Choice | None:
@@ -108,17 +116,17 @@ def parse(spec) -> Choice | None:
         if prec not in e.precisions:
             raise ConfigError(f"engine {e.name} has no precision {prec!r}",
                               f"use one of {', '.join(e.precisions)}")
-        return _checked(Choice(e.name, prec, providers=_with_fallback(e)))
-    names = [PROVIDER_ENGINES.get(p, None) or engine(p).name for p in parts]
+        return _checked(Choice(e.name, prec, providers=_with_fallback(e)), e)
+    rows = [engine(p) for p in parts]
+    names = [e.name for e in rows]
     if "openvino" in names:
         if len(set(names) - {"cpu"}) > 1:
             raise ConfigError("openvino runs a graph alone", "ask for openvino, or for others")
-        return _checked(Choice("openvino", "", providers=(ENGINES["openvino"].provider,)))
-    providers = tuple(dict.fromkeys([p for n in names for p in _with_fallback(ENGINES[n])]
-                                    if len(names) == 1 else
-                                    [ENGINES[n].provider for n in names] +
-                                    ["CPUExecutionProvider"]))
-    return _checked(Choice(names[0], "f32", providers=providers))
+        return _checked(Choice("openvino", "", providers=(ENGINES["openvino"].provider,)),
+                        ENGINES["openvino"])
+    providers = tuple(dict.fromkeys(_with_fallback(rows[0]) if len(rows) == 1 else
+                                    [e.provider for e in rows] + ["CPUExecutionProvider"]))
+    return _checked(Choice(names[0], "f32", providers=providers), rows[0])
 
 
 def _with_fallback(e: Engine) -> tuple[str, ...]:
@@ -131,9 +139,8 @@ def _with_fallback(e: Engine) -> tuple[str, ...]:
     return tuple(dict.fromkeys(chain))
 
 
-def _checked(choice: Choice) -> Choice:
+def _checked(choice: Choice, e: Engine) -> Choice:
     """The choice if this process can run it; one line naming the install otherwise."""
-    e = ENGINES[choice.engine]
     if e.plugin:
         openvino_devices()  # raises the one-line error when the extra is missing
         if choice.precision == "bf16" and not has_bf16():
@@ -143,7 +150,7 @@ def _checked(choice: Choice) -> Choice:
     available = ort.get_available_providers()
     for p in choice.providers:
         if p not in available:
-            owner = ENGINES[PROVIDER_ENGINES[p]]
+            owner = ENGINES.get(PROVIDER_ENGINES.get(p, ""), e)
             raise ConfigError(f"execution provider {owner.name!r} is not available in this "
                               f"onnxruntime (available: {', '.join(available)})",
                               f"{owner.install}, or use --providers cpu")

@@ -22,15 +22,15 @@ RECORD = {"openvino:f32": {"passed": True}, "openvino:bf16": {"passed": True}}
 
 
 @pytest.mark.parametrize("spec, key", [("cpu", "cpu:f32"), ("CPU", "cpu:f32"),
-                                       ("CPUExecutionProvider", "cpu:f32")])
+                                       ("CPUExecutionProvider", "cpu:f32"),
+                                       ("CPUExecutionProvider,cpu", "cpu:f32")])
 def test_the_cpu_provider_by_any_of_its_names(spec, key):
     assert engines.parse(spec).key == key
     assert engines.parse(spec).providers == ("CPUExecutionProvider",)
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("tpu", "unknown engine 'tpu' — use auto, cpu, openvino, cuda, tensorrt or "
-            "ENGINE:PRECISION (e.g. openvino:bf16)"),
+    ("tpu", "execution provider 'tpu' is not available in this onnxruntime (available: "),
     ("openvino:fp8", "engine openvino has no precision 'fp8' — use one of f32, bf16"),
     ("cpu:bf16", "engine cpu has no precision 'bf16' — use one of f32"),
     ("cuda", "execution provider 'cuda' is not available in this onnxruntime"),
@@ -39,6 +39,13 @@ def test_bad_engines_are_one_line(spec, message):
     with pytest.raises(ConfigError) as e:
         engines.parse(spec)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_another_provider_this_onnxruntime_has_runs_as_it_is():
+    """A provider outside the table (ROCm, DirectML, CoreML builds; AzureExecutionProvider in
+    every build) is taken by its onnxruntime name, the CPU provider behind it."""
+    c = engines.parse("AzureExecutionProvider")
+    assert c.providers == ("AzureExecutionProvider", "CPUExecutionProvider")
 
 
 @pytest.mark.parametrize("spec", [None, "auto", "AUTO", ""])
@@ -88,7 +95,7 @@ def test_the_environment_sets_the_default_and_an_argument_wins(monkeypatch):
     monkeypatch.setenv(engines.ENVIRONMENT, "cpu")
     assert engines.choose(None, quantization="none", engines=RECORD, kind="amx").key == "cpu:f32"
     monkeypatch.setenv(engines.ENVIRONMENT, "tpu")
-    with pytest.raises(ConfigError, match="unknown engine 'tpu'"):
+    with pytest.raises(ConfigError, match="execution provider 'tpu' is not available"):
         engines.choose(None, quantization="none", engines={}, kind="amx")
 
 

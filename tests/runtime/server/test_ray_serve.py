@@ -185,7 +185,6 @@ def test_two_replicas_answer_like_the_library_and_survive_a_killed_replica(
 
 
 @needs_ray
-@needs_ray
 @pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
 def test_a_replica_runs_the_engine_asked_for(cluster, tiny_export):
     """`serve --ray --providers openvino:f32`: the replica loads the export on OpenVINO and
@@ -203,6 +202,9 @@ def test_a_replica_runs_the_engine_asked_for(cluster, tiny_export):
         assert np.abs(np.asarray(r.json()) - want).max() <= 1e-4
         metrics = httpx.get(server.url + "/metrics", timeout=30).text
         assert 'bertonnx_engine_info{engine="openvino",precision="f32"} 1' in metrics
+        # a clean stop takes its application and the Serve it started away, as the next
+        # test (which starts its own) needs
+        assert server.terminate() == 0, server.log
 
 
 def test_replicas_that_fit_nowhere_are_one_line_not_a_wait(cluster, tiny_export):
