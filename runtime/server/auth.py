@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 
 from . import cohere, openai, tei, tei_routes, v2
+from .endpoints import OPEN
 from .wire import PREDICT
 
 _COHERE = frozenset(e.path for e in cohere.ENDPOINTS)
@@ -40,10 +41,6 @@ def protocol_error(path: str):
     return PREDICT.error
 
 
-# The routes answered without a key (as OpenAPI writes them): liveness and readiness probes,
-# which say nothing but whether the model is loaded.
-OPEN = ("/health", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}/ready",
-        "/v2/models/{name}/versions/{version}/ready")
 
 
 def open_paths(name: str) -> frozenset[str]:

@@ -22,6 +22,13 @@ from ..core.parameters import INT_LIMIT, Rule
 from ..core.tasks import Param
 from .wire import FieldError
 
+# The routes answered without an API key (as OpenAPI writes them; auth.py applies it, the
+# document leaves their security out): liveness and readiness probes, which say nothing but
+# whether the model is loaded. Here, not in auth.py: openapi.py reads it, and auth.py reads the
+# protocols' route tables, which openapi.py's document is built beside.
+OPEN = ("/health", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}/ready",
+        "/v2/models/{name}/versions/{version}/ready")
+
 # what each retrieval task's export is made from, for the refusal of a route an export lacks
 _EXPORTS = {"feature-extraction": "a sentence embedding model",
             "text-ranking": "a cross-encoder", "sparse-embedding": "a SPLADE model"}

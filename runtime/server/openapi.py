@@ -21,8 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..core.tasks import TASKS, pipeline_class
-from .auth import OPEN
-from .endpoints import Endpoint, literal, param_schema
+from .endpoints import OPEN, Endpoint, literal, param_schema
 from .v2 import VERSION
 
 try:  # Swagger UI's files (the serve extra); without them /docs says what to install
