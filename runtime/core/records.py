@@ -107,6 +107,9 @@ class Task:
     example: Callable[[str, str], Any]
     # bench/engines.py: transformers' pipeline is called with truncation=True and max_length
     hf_truncation: bool
+    # the parameters that ask the task for unnormalized scores (TEI's `raw_scores`,
+    # runtime/server/tei_drop_in.py); empty where it has none
+    raw_scores: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def output_names(self) -> tuple[str, ...]:

@@ -133,7 +133,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "Scores from the logits: default follows problem_type and the label count.",
               Flag(default="default", options=FUNCTIONS, old=("--function",))),
     ), per_token=False, agreement="argmax", vector_output=False, example=_text,
-        hf_truncation=True),
+        hf_truncation=True, raw_scores={"function_to_apply": "none"}),
     Task("token-classification", ("ner",), "token", "ForTokenClassification",
          (("logits", _BS),), (2, "num_labels"), "tokens", "Label tokens (named entities).",
          "token_classification:TokenClassificationPipeline", ("text",), (

@@ -58,6 +58,8 @@ _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              "InvalidApiKey": (401, "Validation")}
 _DTYPES = {"none": "float32", "fp16": "float16", "int8": "int8"}
 _PRECISIONS = {"bf16": "bfloat16"}   # an engine's float arithmetic on an fp32 graph
+# the pooling TEI names for a task whose export has none of its own (SPLADE's max over tokens)
+_TASK_POOLING = {"sparse-embedding": "splade"}
 # TEI's names of the pooling modes where they differ from sentence-transformers'
 _POOLING = {"lasttoken": "last_token"}
 
@@ -317,7 +319,7 @@ def info(state) -> dict:
     manifest = pipe.folder.manifest
     kind = MODEL_TYPES[pipe.task]
     if kind == "embedding":
-        pooling = "splade" if pipe.task == "sparse-embedding" else pipe.defaults.get("pooling")
+        pooling = _TASK_POOLING.get(pipe.task) or pipe.defaults.get("pooling")
         model_type = {"pooling": _POOLING.get(pooling, pooling)}
     else:
         labels = {str(i): name for i, name in sorted(pipe.folder.id2label.items())}

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.tasks import TASKS
 from .endpoints import check_served
 from .protocol import Parsed
 from .tei import (VALIDATION, TeiWire, error, invalid, prompt_text, read_bool, read_object,
@@ -126,7 +127,7 @@ class PredictWire(TeiWire):
                           "truncation_direction")
         params = {"top_k": None}   # every label
         if read_bool(data, "raw_scores", False):
-            params["function_to_apply"] = "none"
+            params.update(TASKS[state.pipeline.task].raw_scores)
         texts, pairs = [t for t, _ in sequences], [p for _, p in sequences]
         inputs = [t if p is None else {"text": t, "text_pair": p} for t, p in sequences]
         labels = {name: i for i, name in reversed(list(enumerate(state.pipeline.labels)))}
@@ -285,7 +286,7 @@ class InferenceApiWire(Wire):
 
     def parse(self, state, request, body: bytes) -> Call:
         parsed = PREDICT.parse(state, request, body).parsed
-        classify = state.pipeline.task == "text-classification"
+        classify = TASKS[state.pipeline.task].command == "classify"
         if classify and "top_k" not in parsed.params:
             parsed = Parsed(parsed.inputs, parsed.single, {**parsed.params, "top_k": None})
         return Call(parsed, classify and parsed.single)

@@ -295,6 +295,8 @@ WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
          "/decode": DecodeWire(DECODE)}
 TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
 INFERENCE_API = InferenceApiWire()
+# task -> the TEI route POST / answers it with (as TEI's router does by the model's kind); what
+# else branches on the task reads this table
 _BY_KIND = {"feature-extraction": WIRES["/embed"], "sparse-embedding": WIRES["/embed_sparse"],
             "text-ranking": WIRES["/rerank"], "text-classification": TEI_PREDICT_WIRE}
 
@@ -302,7 +304,7 @@ _BY_KIND = {"feature-extraction": WIRES["/embed"], "sparse-embedding": WIRES["/e
 def base_wire(state, data):
     """POST /'s wire for a body (`data`, None when it is not JSON)."""
     task, body = state.pipeline.task, data if isinstance(data, dict) else {}
-    if task == "feature-extraction" and isinstance(body.get("inputs"), dict):
+    if _BY_KIND.get(task) is WIRES["/embed"] and isinstance(body.get("inputs"), dict):
         return WIRES["/similarity"]
     if "parameters" in body:
         return INFERENCE_API
@@ -311,7 +313,7 @@ def base_wire(state, data):
 
 def predict_wire(state, data):
     """/predict's wire: TEI's for a classifier's body with a TEI field and no "parameters"."""
-    if (state.pipeline.task == "text-classification" and isinstance(data, dict)
+    if (_BY_KIND.get(state.pipeline.task) is TEI_PREDICT_WIRE and isinstance(data, dict)
             and "parameters" not in data and TEI_PREDICT_FIELDS & data.keys()):
         return TEI_PREDICT_WIRE
     return PREDICT
@@ -329,7 +331,7 @@ def with_tei_predict(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
 
         def request(state):
             own = e.request(state)
-            if state.pipeline.task != "text-classification":
+            if _BY_KIND.get(state.pipeline.task) is not TEI_PREDICT_WIRE:
                 return own
             tei = tei_predict_request(state)["properties"]
             inputs = {"anyOf": [own["properties"]["inputs"], tei.pop("inputs")]}
@@ -340,7 +342,7 @@ def with_tei_predict(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
 
         def response(state):
             own = e.response(state)
-            if state.pipeline.task != "text-classification":
+            if _BY_KIND.get(state.pipeline.task) is not TEI_PREDICT_WIRE:
                 return own
             return {"anyOf": [own, PREDICT_ANSWER]}
 
