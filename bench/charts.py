@@ -96,8 +96,10 @@ def serve_chart(result: dict, stem: str) -> Chart:
         bars.append(Bar(f"{r['server']} ×{r['texts_per_request']}", r["texts_per_s"], r["min"],
                         r["max"], note, r["server"].startswith("bertonnx")))
     a = result.get("args", {})
+    name, cores_, *flags = result["cpu"].split(", ")  # "MODEL, N cores, flag flag ..."
+    cpu = f"{name} ({cpu_kind(' '.join(flags).split())}), {cores_}"
     title = (f"serving: OpenAI embeddings route, {a.get('clients', '?')} clients, "
-             f"{a.get('seconds', '?')} s a run, texts per request ×N\n{result['cpu']} · median "
+             f"{a.get('seconds', '?')} s a run, texts per request ×N\n{cpu} · median "
              f"of {a.get('rounds', '?')} rounds (bars: min–max)")
     name = _slug(stem) if stem.startswith("serve") else f"serve-{_slug(stem)}"
     return Chart(name, title, "texts/s", tuple(bars))
@@ -141,7 +143,7 @@ def draw(chart: Chart, out: Path) -> Path:
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{chart.name}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the notes and title may pass the axes
     plt.close(fig)
     return path
 
