@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from . import engines
+from .batches import MAX_BATCH_TOKENS
 from .bounds import check_threads
 from .errors import ArtifactError, ConfigError
 
@@ -51,6 +52,7 @@ class SessionConfig:
     engine: str = "cpu"                 # engines.ENGINES: cpu | openvino | cuda | tensorrt
     precision: str = "f32"              # the engine's float arithmetic: f32 | bf16
     reason: str = "asked"               # why this engine (auto's rule, or the user asked)
+    batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per call the engine runs best at
     threads: int | None = None          # intra-op threads; None = onnxruntime's default
     optimization: str = "all"           # disable | basic | extended | all
     # The arena keeps its high-water mark for the session's life; export's parity runs turn it
@@ -111,7 +113,7 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     choice = providers if isinstance(providers, engines.Choice) else engines.choose(
         providers or "cpu", quantization="none", engines={}, kind="")
     config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
-                           threads, optimization, memory_arena, prepacking)
+                           choice.batch_tokens, threads, optimization, memory_arena, prepacking)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     opts.enable_cpu_mem_arena = memory_arena

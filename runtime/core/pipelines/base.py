@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Iterator, Mapping, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..batches import MAX_BATCH_TOKENS, MIN_BATCH_ROWS, Batch, micro_batches
+from ..batches import MIN_BATCH_ROWS, Batch, micro_batches
 from ..bounds import check_batch_size
 from ..errors import ArtifactError, InputError
 from ..parameters import check
@@ -77,7 +77,9 @@ class Pipeline:
     # padded tokens per session call, and the rows a call keeps past them (batches.py says
     # why; a task whose graph holds tokens x vocabulary floats inside, sparse-embedding's MLM
     # logits, makes the token cap hard)
-    batch_tokens: ClassVar[int] = MAX_BATCH_TOKENS
+    # padded tokens per session call: a task's own hard cap (memory), or None for the engine's
+    # (SessionConfig.batch_tokens: what its kernels run best at, runtime/core/engines.py)
+    batch_tokens: ClassVar[int | None] = None
     batch_rows: ClassVar[int] = MIN_BATCH_ROWS
 
     def __init_subclass__(cls, **kwargs):
@@ -339,8 +341,9 @@ class Pipeline:
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         check_batch_size(size, "batch_size=32")
-        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id,
-                                   self.batch_tokens, self.batch_rows):
+        tokens = self.batch_tokens or self.session.config.batch_tokens
+        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id, tokens,
+                                   self.batch_rows):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and

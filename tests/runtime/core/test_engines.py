@@ -207,3 +207,19 @@ def test_gpu_engines_fall_back_as_onnxruntime_orders_them():
         "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
     assert chain(engines.ENGINES["cuda"]) == ("CUDAExecutionProvider", "CPUExecutionProvider")
     assert chain(engines.ENGINES["openvino"]) == ("OpenVINOExecutionProvider",)
+
+
+@needs_openvino
+def test_micro_batches_follow_the_engine(tiny_export):
+    """The CPU provider's calls stop at 512 padded tokens; OpenVINO's at 2048 (AMX wants larger
+    GEMMs)."""
+    texts = ["the cat sat on the mat with the dog in paris and london"] * 256
+    for engine, cap in (("cpu", 512), ("openvino:f32", 2048)):
+        pipe = load(tiny_export(EMB), providers=engine)
+        assert pipe.session.config.batch_tokens == cap
+        seen, run = [], pipe.session.run
+        pipe.session.run = lambda feeds, outputs=None: (seen.append(feeds["input_ids"].shape),
+                                                        run(feeds, outputs))[1]
+        pipe(texts, batch_size=256)
+        assert max(b * t for b, t in seen) <= cap < sum(b * t for b, t in seen)
+        assert max(b * t for b, t in seen) > cap // 2   # filled up to it, not far below
