@@ -81,7 +81,7 @@ def _end_to_end(r: Result) -> list[str]:
         lines.append(f"  {name:<50} {row['items_per_s']:9.1f} "
                      f"{row['seconds']['median']:9.3f} {ratio} {agree}")
     if base:
-        said = ("cosine: of each text's vector to its" if vectors
+        said = ("cosine: each text's vector to its, mean / worst" if vectors
                 else "agree: top answer equal to it")
         lines.append(f"  (× base: relative to {r.baseline}; {said})")
     return lines
