@@ -177,8 +177,8 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
 @click.option("--task", "tasks", multiple=True, type=click.Choice(["embed", "rerank", "sparse"]),
               help="A task to run (repeatable; default: all three).")
 @click.option("--peers", default="all", show_default=True,
-              help="Comma list of peers: st-torch, st-onnx, st-onnx-o3, st-onnx-int8, "
-                   "st-openvino, ctranslate2, fastembed; 'all' or 'none'; also "
+              help="Comma list of peers: st-torch, st-torch-bf16, st-onnx, st-onnx-o3, "
+                   "st-onnx-int8, st-openvino, ctranslate2, fastembed; 'all' or 'none'; also "
                    "st-openvino-f32 (OpenVINO without bf16), by name only.")
 @click.option("--texts", type=int, help="Sentences to embed (default 512).")
 @click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
