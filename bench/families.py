@@ -38,7 +38,8 @@ from .optimum import OPTIMUM_CONFIG, optimum_artifacts
 from .runner import BenchOptions
 
 # Sizes that fit three base-sized models in about 18 minutes on 2 cores once exported (the
-# published run, BENCHMARKS.md "Families", took 18 min 25 s on a 2-core Zen 4): 32 mixed
+# published run, docs/benchmarks-history.md "Families", took 18 min 25 s on a 2-core Zen 4): 32
+# mixed
 # texts (≈4900 tokens), 6 engines end to end, warm-up + 5 rounds, model-only at b8 × s128.
 # Latency is left to compare.py.
 FULL = dict(texts=32, repeats=5, warmup=1, latency_seqs=(), batch=8, batch_seq=128,

@@ -87,7 +87,8 @@ def save_model(proto: onnx.ModelProto, path: Path) -> None:
     (model.onnx.data; tensors under 1 KiB stay in the graph). onnxruntime maps that file
     rather than copying it into the session, and lets go of each weight it has laid out for
     its GEMMs: a bert-base classifier's cold process holds 390 MiB for 417 MiB of weights, 653
-    MiB when the weights are inside model.onnx (BENCHMARKS.md, serving memory). Past
+    MiB when the weights are inside model.onnx (docs/benchmarks-history.md, serving memory).
+    Past
     protobuf's 2 GB a single file is impossible anyway.
 
     onnx moves the tensors' bytes to the file: `proto` keeps its graph but not its weights."""

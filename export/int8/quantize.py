@@ -69,7 +69,7 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
     works on the graph without them (`graph.without_weights`): the caller's proto is left intact
     without a copy, and symbolic shape inference copies only the graph. Measured on a
     bert-base-shaped fill-mask export: the quantizing step's peak RSS 2.8 GB -> see
-    BENCHMARKS.md."""
+    docs/benchmarks-history.md."""
     s = settings or DEFAULT_INT8
     with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-",
                                                               dir=scratch) as d:

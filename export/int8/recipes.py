@@ -21,7 +21,7 @@ gate refuses gives way to the next, so what ships is the fastest one that passes
                                                                s8 per-channel         fp32
 
 Why a target's order is what it is: each Target's `rationale`, read from evidence.toml with the
-figures behind it (BENCHMARKS.md, "int8 per CPU").
+figures behind it (docs/benchmarks-history.md, "int8 per CPU").
 """
 from __future__ import annotations
 

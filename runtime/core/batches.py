@@ -16,7 +16,8 @@ from .errors import InputError
 
 # Padded tokens per session call, and the rows a call holds even past them. A call's
 # activations should stay in the cache: on AMD Zen 4 (2 threads; `python -m
-# bertonnx.bench.batch_caps`, BENCHMARKS.md "Micro-batch size") 512 tokens against the former
+# bertonnx.bench.batch_caps`, docs/benchmarks-history.md "Micro-batch size") 512 tokens against
+# the former
 # 2048 gave MiniLM int8 sentences 1.30x, fp32 1.18x, passages and cross-encoder pairs
 # 1.02-1.04x, MPNet-base passages 1.04x, and 13-73 MB less peak memory. Calls of one or two
 # long rows lose to per-call overhead what the cache gives back (MPNet passages at 512 with no

@@ -75,7 +75,8 @@ FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 
 # What `auto` tries on each kind of CPU (cpu.py target_kind), best first; the first whose
 # conditions hold (extra installed, fp32 graph, the manifest's gate passed) runs. Elsewhere the
-# CPU provider: on AVX2 and AVX-512 VNNI it is bertonnx's measured fastest (BENCHMARKS.md).
+# CPU provider: on AVX2 and AVX-512 VNNI it is bertonnx's measured fastest
+# (docs/benchmarks-history.md, AMD Zen 3 and Zen 4).
 AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
 }

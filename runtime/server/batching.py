@@ -57,8 +57,8 @@ MAX_WORKERS = 64   # model calls at once; each is a thread with its own onnxrunt
 class BatchConfig:
     # inputs (not requests) per pipeline call. The pipeline sorts a call's inputs by length
     # before cutting them into token-capped micro-batches, so a wider call pads less: 128 over
-    # 32 served 1.25× the texts/s at 16 clients × 8 sentences, p99 lower (BENCHMARKS.md,
-    # "Serving against infinity")
+    # 32 served 1.25× the texts/s at 16 clients × 8 sentences, p99 lower
+    # (docs/benchmarks-history.md, "Serving against infinity")
     max_batch_size: int = 128
     max_wait_ms: float = 5.0      # how long the oldest request may wait for company
     workers: int = 1              # pipeline calls in flight at once (threads)

@@ -3,10 +3,10 @@
 The server prices each request before it queues it (`Pipeline.work`: its tokens against the
 limits), which tokenizes every input; the pipeline call that later runs the request tokenized
 them all again. At one short text per request that second pass was a seventh of the event
-loop's busy time on a compute-bound server (BENCHMARKS.md, "Serving"). Now `work` keeps what it
-makes, and `encode` takes an input's encoding from here when the same input under the same
-truncation was priced: the same tokenizer copy made it from the same text, so it is the
-encoding the call would make.
+loop's busy time on a compute-bound server (docs/benchmarks-history.md, "Serving"). Now `work`
+keeps what it makes, and `encode` takes an input's encoding from here when the same input under
+the same truncation was priced: the same tokenizer copy made it from the same text, so it is
+the encoding the call would make.
 """
 from __future__ import annotations
 
