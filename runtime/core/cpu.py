@@ -14,6 +14,7 @@ x86), the kind is None.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import shlex
 from pathlib import Path
@@ -70,7 +71,14 @@ def target_kind(flags) -> str | None:
 
 
 def this_kind() -> str | None:
-    return target_kind(cpu_flags())
+    return _kind_of(CPUINFO)
+
+
+# Every load asks, and the CPU under a process does not change: read the file once. Keyed by
+# the path, so a test that points CPUINFO at another file still reads that one.
+@functools.cache
+def _kind_of(path: Path) -> str | None:
+    return target_kind(cpu_flags(path))
 
 
 def warn_if_other_cpu(folder: Path, quantization: dict, kind: str | None = None, *,

@@ -27,7 +27,7 @@ import importlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnxruntime as ort
@@ -140,6 +140,16 @@ def parse(spec) -> Choice | None:
     providers = tuple(dict.fromkeys(_with_fallback(rows[0]) if len(rows) == 1 else
                                     [e.provider for e in rows] + ["CPUExecutionProvider"]))
     return _checked(Choice(names[0], "f32", providers=providers), rows[0])
+
+
+def concrete(spec) -> Choice:
+    """A Choice with no manifest to consult (a graph export checks, a bare session): `spec` as
+    asked, `auto` or nothing as the CPU provider, bare `openvino` as f32 (bf16 only where an
+    export's parity record proved it, which `choose` reads)."""
+    asked = parse(spec) or parse("cpu")
+    if asked.engine == "openvino" and not asked.precision:
+        return replace(asked, precision="f32")
+    return asked
 
 
 def _with_fallback(e: Engine) -> tuple[str, ...]:

@@ -39,13 +39,6 @@ def disabled_optimizers(providers) -> list[str]:
     return list(CPU_DISABLED_OPTIMIZERS) if list(providers) == ["CPUExecutionProvider"] else []
 
 
-def resolve_providers(providers) -> list[str]:
-    """onnxruntime provider names for a concrete request (`cpu`, `cuda,cpu`, onnxruntime
-    names); CPU by default and always kept as the fallback (engines.py parses and checks)."""
-    choice = engines.parse(providers)
-    return list(choice.providers) if choice is not None else ["CPUExecutionProvider"]
-
-
 @dataclass(frozen=True)
 class SessionConfig:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
@@ -110,8 +103,7 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     check_threads(threads)
-    choice = providers if isinstance(providers, engines.Choice) else engines.choose(
-        providers or "cpu", quantization="none", engines={}, kind="")
+    choice = providers if isinstance(providers, engines.Choice) else engines.concrete(providers)
     config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
                            choice.batch_tokens, threads, optimization, memory_arena, prepacking)
     opts = ort.SessionOptions()

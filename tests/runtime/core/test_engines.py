@@ -53,6 +53,17 @@ def test_auto_is_decided_later(spec):
     assert engines.parse(spec) is None
 
 
+@pytest.mark.parametrize("spec", [None, "auto", "cpu"])
+def test_a_session_without_a_manifest_runs_on_the_cpu_provider(spec):
+    assert engines.concrete(spec).providers == ("CPUExecutionProvider",)
+
+
+@pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
+def test_bare_openvino_without_a_parity_record_is_f32():
+    """bf16 needs an export's parity record (`choose` reads it); a bare session has none."""
+    assert engines.concrete("openvino").key == "openvino:f32"
+
+
 @pytest.mark.parametrize("kind", ["avx2", "avx512", "avx512-vnni", ""])  # "": Arm, old x86
 def test_auto_keeps_the_cpu_provider_where_it_is_measured_fastest(kind, monkeypatch):
     monkeypatch.delenv(engines.ENVIRONMENT)
