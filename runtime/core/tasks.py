@@ -34,6 +34,7 @@ AGGREGATIONS = ("none", "simple", "first", "average", "max")      # token-classi
 # feature-extraction: sentence-transformers' Pooling modes, alone or joined by "+"; or "none"
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 ACTIVATIONS = ("sigmoid", "identity", "tanh")                     # text-ranking
+LONG_INPUTS = ("truncate", "chunk")                               # feature-extraction
 _BS = MappingProxyType({0: BATCH, 1: SEQUENCE})
 _B = MappingProxyType({0: BATCH})
 
@@ -186,6 +187,12 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "sentence-transformers folder: as the folder chose by default).",
               Flag(negatable=True)),
         *PROMPT_PARAMS, TRUNCATION_DIRECTION,
+        # vLLM's chunked processing (pipelines/chunks.py); the server's --long-inputs chunk
+        # sets it for a TEI request with truncate false (which TEI refuses)
+        Param("long_inputs", choice(LONG_INPUTS), "truncate",
+              "A text past the model's length: truncate (cut, with a warning), or chunk "
+              "(overlapping windows of the model's length, pooled, token-weighted mean).",
+              v2=False),
         Param("return_tensors", boolean(), False, "numpy arrays instead of lists.",
               flag=None, request=False, v2=False),
     ), per_token=False, agreement="cosine", vector_output=True, example=_text,

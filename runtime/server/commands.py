@@ -10,8 +10,8 @@ import click
 from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
 from ..core.errors import ConfigError
 from .batching import MAX_WORKERS, BatchConfig
-from .settings import (Access, Backpressure, Limits, RayOptions, ServeOptions, Timeouts,
-                       read_key_file)
+from .settings import (LONG_INPUTS, Access, Backpressure, Limits, RayOptions, ServeOptions,
+                       Timeouts, read_key_file)
 
 _L, _T = Limits(), Timeouts()
 KEY_ENV = "BERTONNX_API_KEY"
@@ -165,6 +165,11 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 @click.option("--max-tokens", default=_L.max_tokens, show_default=True, type=click.IntRange(1),
               help="Most tokens the model runs for one request, every window of a long "
                    "input counted (413).")
+@click.option("--long-inputs", default=ServeOptions.long_inputs, show_default=True,
+              type=click.Choice(LONG_INPUTS),
+              help="A text past the model's length in a TEI /embed request with truncate false: "
+                   "refuse it (422, as TEI), or chunk it (overlapping windows pooled into one "
+                   "vector; the x-windows header counts each input's).")
 @click.option("--max-context-chars", default=_L.max_context_chars, show_default=True,
               type=click.IntRange(1),
               help="Most characters of QA contexts / token-classification texts in one "
@@ -202,7 +207,7 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 @_ray_flags
 @click.pass_context
 def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, workers,
-          max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers,
+          max_body_bytes, max_inputs, max_tokens, long_inputs, max_context_chars, max_answers,
           max_connections, header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s,
           threads, providers, name, api_keys, api_key_file, ssl_certfile, ssl_keyfile,
           ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
@@ -231,7 +236,8 @@ def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, wo
         access=Access(tuple(k for k in api_keys if k)
                       + (read_key_file(api_key_file) if api_key_file else ()),
                       ssl_certfile, ssl_keyfile, ssl_ca_certs),
-        max_connections=max_connections, threads=threads, providers=providers, name=name)
+        max_connections=max_connections, threads=threads, providers=providers, name=name,
+        long_inputs=long_inputs)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
     if ray_address is not None:
         return _serve_on_ray(ctx, model_dir, options, RayOptions(

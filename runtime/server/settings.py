@@ -194,16 +194,25 @@ class ServeOptions:
     providers: str | None = None             # the engine: auto, cpu, openvino:bf16 (engines.py)
     # the model's name on /v1/models and /v2/models/{name} (None: the export folder's name)
     name: str | None = None
+    # a text past the model with TEI's truncate false: refused (TEI's 422) or windowed into
+    # one vector (feature-extraction's long_inputs="chunk"); LONG_INPUTS
+    long_inputs: str = "refuse"
 
     def __post_init__(self):
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise InputError(f"--max-connections must be ≥ 1, got {self.max_connections!r}",
                              "pass e.g. --max-connections 1000")
+        if self.long_inputs not in LONG_INPUTS:
+            raise InputError(f"--long-inputs must be one of {', '.join(LONG_INPUTS)}, got "
+                             f"{self.long_inputs!r}", "pass --long-inputs chunk, or leave it out")
         if self.name is not None and not _NAME.fullmatch(self.name):
             raise InputError(f"--name {self.name!r} is not a model name: it goes into URL paths "
                              "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
                              "200), e.g. --name minilm")
 
+
+# What a request that asks not to truncate gets for a text past the model's length.
+LONG_INPUTS = ("refuse", "chunk")
 
 # A model name: one URL path segment that needs no quoting.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")

@@ -216,6 +216,9 @@ class EmbedWire(TeiWire):
         # with dimensions the vector is cut first and normalized after (TEI's order)
         params = {"normalize": normalize and dimensions is None, **read_prompt(data, pipe),
                   **direction}
+        if not truncate and state.options.long_inputs == "chunk":
+            params["long_inputs"] = "chunk"   # windowed into one vector instead of refused
+            truncate = True
         return Call(Parsed(texts, False, params), _Embed(truncate, dimensions, normalize))
 
     def price(self, prepared, pipe, limits, call: Call):
@@ -230,7 +233,10 @@ class EmbedWire(TeiWire):
         if ctx.dimensions is not None:
             vectors = np.asarray(answer, dtype=np.float32)[:, :ctx.dimensions]
             answer = (l2_normalize(vectors) if ctx.normalize else vectors).tolist()
-        return respond_json(answer)
+        response = respond_json(answer)
+        if work is not None and work.windows:   # how many windows each input became
+            response.headers[WINDOWS_HEADER] = ",".join(map(str, work.windows))
+        return response
 
 
 @dataclass(frozen=True)
@@ -293,6 +299,10 @@ def simple_tokens(encoding, text: str) -> list[dict]:
             start, stop = int(to_byte[start]), int(to_byte[stop])
         out.append({"id": id_, "text": piece, "special": False, "start": start, "stop": stop})
     return out
+
+
+# --long-inputs chunk: each input's window count, in input order ("1,3,1")
+WINDOWS_HEADER = "x-windows"
 
 
 def respond_json(value) -> Response:

@@ -60,6 +60,8 @@ class Work:
 
     tokens: int
     answers: int = 0
+    # windows per input, where long inputs are windowed into one answer (chunks.py); () else
+    windows: tuple[int, ...] = ()
 
 
 class Pipeline:

@@ -12,7 +12,8 @@ pooling: the folder's (else "mean"); any of sentence-transformers' modes, severa
 nested list per text. normalize: unit-length vectors; by default as the folder chose (a
 Normalize module last), else True; False leaves a folder's final Normalize out. Token vectors
 (pooling "none") are left as they are, and normalizing them is refused. return_tensors=True
-gives numpy arrays instead of lists. Texts longer than the model are truncated with a warning.
+gives numpy arrays instead of lists. Texts longer than the model are truncated with a warning,
+or with long_inputs="chunk" embedded whole as windows (chunks.py).
 """
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ from ..errors import ArtifactError, InputError
 from ..postprocess import similarity
 from ..sentence_transformers import read_folder
 from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts, token_width
+from . import chunks
+from .base import Work
 from .folder import ExportFolder
 from .inputs import Inputs
 from .sentence_folder import SentenceFolderPipeline
+from .windows import Windows
 
 
 def _to_tensors(results: list) -> dict[str, np.ndarray]:
@@ -94,15 +98,30 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         ids = self.backend(self.max_length).encode(prompt).ids
         return len(ids) - 1 if ids and ids[-1] in self._specials else len(ids)
 
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        if params["long_inputs"] != "chunk":
+            return super().estimate(inputs, **params)
+        windows = self._windows(self.prompted(inputs, params["prompt_name"], params["prompt"]))
+        return Work(sum(len(e.ids) for e in windows.encodings),
+                    windows=chunks.window_counts(windows))
+
     def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt,
-                truncation_direction, return_tensors, batch_size):
+                truncation_direction, long_inputs, return_tensors, batch_size):
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
+        chunked = long_inputs == "chunk"
+        if chunked and pooling == "none":
+            raise InputError("long_inputs='chunk' pools each window into one vector, and "
+                             "pooling 'none' keeps token vectors",
+                             "pass a pooling, or long_inputs='truncate'", parameter="long_inputs")
         prompt = self.prompt_text(prompt_name, prompt)
-        encs = self.encode(self.prompted(read, None, prompt),
-                           direction=truncation_direction.lower())
+        texts = self.prompted(read, None, prompt)
+        windows = self._windows(texts) if chunked else None
+        encs = windows.encodings if chunked else self.encode(
+            texts, direction=truncation_direction.lower())
         modes = _modes(pooling)
-        # pooling leaves the prompt's tokens out where the folder says (include_prompt false)
+        # pooling leaves the prompt's tokens out where the folder says (include_prompt false);
+        # only a text's first window holds them
         cut = (self.prompt_length(prompt) if prompt and pooling != "none"
                and not self.stack.pooling.include_prompt else 0)
 
@@ -110,14 +129,26 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
             hidden = out["last_hidden_state"]                              # (B, T, H)
             if pooling == "none":
                 return [hidden[row:row + 1, :n] for row, n in enumerate(batch.lengths)]
-            return self.stack.embed(hidden, batch.attention_mask, modes, normalize, cut)
+            if not chunked:
+                return self.stack.embed(hidden, batch.attention_mask, modes, normalize, cut)
+            pooled = self.stack.embed(hidden, batch.attention_mask, modes, False, 0)
+            if cut:
+                first = windows.part[np.asarray(batch.index)] == 0
+                cut_off = self.stack.embed(hidden, batch.attention_mask, modes, False, cut)
+                pooled = np.where(first[:, None], cut_off, pooled)
+            return pooled
 
         results = self.infer(encs, post, batch_size)
+        if chunked:
+            results = chunks.combine(windows, results, normalize)
         if not return_tensors:
             results = [r.tolist() for r in results]
         elif pooling != "none":
             results = np.stack([np.asarray(r) for r in results])
         return self.unwrap(results, read)
+
+    def _windows(self, texts: list[str]) -> Windows:
+        return self.encode_windows(texts, self.max_length, chunks.overlap(self.max_length))
 
 
 def _modes(pooling: str) -> tuple[str, ...]:

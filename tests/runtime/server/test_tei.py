@@ -56,6 +56,27 @@ def test_embed_is_the_library_embedding(url, pipe):
     np.testing.assert_array_equal(np.float32(short), first)
 
 
+def test_long_inputs_chunk_windows_what_truncate_false_refuses(pipe):
+    """--long-inputs chunk: a text past the model with truncate false is embedded as windows
+    (the library's long_inputs="chunk"), the x-windows header counts each input's, and every
+    window's tokens count against --max-tokens; truncating requests are unchanged."""
+    too_long = " ".join(["music"] * 70)   # 72 tokens: a 64-token window and a second one
+    options = ServeOptions(name="tiny-embed", long_inputs="chunk",
+                           limits=Limits(max_inputs=MAX_INPUTS, max_tokens=MAX_TOKENS))
+    with threaded_server(pipe, "tiny-embed", options) as u:
+        got = post(u, "/embed", {"inputs": ["a cat", too_long], "truncate": False})
+        assert got.status_code == 200 and got.headers["x-windows"] == "1,2"
+        np.testing.assert_array_equal(
+            np.float32(got.json()), np.float32(pipe(["a cat", too_long], long_inputs="chunk")))
+        assert not np.allclose(got.json()[1], pipe(too_long), atol=1e-4)
+        cut = post(u, "/embed", {"inputs": ["a cat", too_long]})
+        assert "x-windows" not in cut.headers
+        np.testing.assert_array_equal(np.float32(cut.json()),
+                                      np.float32(pipe(["a cat", too_long])))
+        refusal(post(u, "/embed", {"inputs": [too_long] * 2, "truncate": False}), 422,
+                "Validation", f"--max-tokens {MAX_TOKENS}")
+
+
 def test_huggingface_hub_inference_client(url, pipe, hf_hub_online):
     client = hf_hub_online.InferenceClient(model=url + "/embed")
     got = client.feature_extraction(TEXTS[0], truncate=True, truncation_direction="Right")

@@ -212,3 +212,49 @@ def test_minilm_in_bf16_is_within_its_gate_of_sentence_transformers(minilm_dir, 
     cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(st_vectors, axis=1)
     assert cos.mean() >= BF16_MIN_MEAN_COSINE, cos
     assert np.abs(got - want).max() > 1e-6           # bf16 did run: not the f32 answers
+
+
+def _window_reference(st, text: str, prompt: str, overlap: int) -> np.ndarray:
+    """long_inputs="chunk" by hand in torch: transformers' tokenizer windows the prompted text
+    (overflow with stride), sentence-transformers' modules before Normalize pool each window
+    (the prompt's tokens left out of the first only), and the windows' vectors are averaged
+    weighted by their tokens, then normalized."""
+    windows = st.tokenizer(prompt + text, truncation=True, max_length=st.max_seq_length,
+                           stride=overlap, return_overflowing_tokens=True)["input_ids"]
+    # the prompt's tokens: it encoded alone, less the [SEP] it ends with
+    prompt_length = len(st.tokenizer(prompt)["input_ids"]) - 1 if prompt else 0
+    assert st[1].include_prompt is False
+    vectors, weights = [], []
+    with torch.inference_mode():
+        for i, ids in enumerate(windows):
+            ids = torch.tensor([ids])
+            features = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                        "token_type_ids": torch.zeros_like(ids)}
+            if i == 0 and prompt_length:
+                features["prompt_length"] = prompt_length
+            for module in list(st)[:-1]:          # all but Normalize
+                features = module(features)
+            vectors.append(features["sentence_embedding"][0].numpy())
+            weights.append(len(ids[0]))
+    mean = np.average(np.stack(vectors), axis=0, weights=weights)
+    return mean / np.linalg.norm(mean)
+
+
+def test_long_inputs_chunk_is_the_token_weighted_mean_of_its_windows(folders):
+    """A text past the model's 20 tokens, windowed instead of truncated, equals the windows
+    pooled by sentence-transformers' own modules and averaged by hand; a text that fits is
+    one window (the truncating path's vector); the prompt's tokens leave only window 0."""
+    from bertonnx.runtime.core.pipelines.chunks import overlap
+
+    src, onnx = folders["v5"]
+    pipe, st = load(onnx), SentenceTransformer(str(src), device="cpu")
+    assert (pipe.max_length, overlap(pipe.max_length)) == (20, 2)
+    texts = [LONG, "a dog", LONG[:90]]
+    for kwargs, prompt in (({}, PROMPTS["query"]), ({"prompt": ""}, "")):
+        got = pipe(texts, long_inputs="chunk", return_tensors=True, batch_size=3, **kwargs)
+        for text, vector in zip(texts, got):
+            close(vector, _window_reference(st, text, prompt, overlap(20)))
+        close(got[1], pipe("a dog", return_tensors=True, **kwargs))
+    assert not np.allclose(got[0], pipe(LONG, return_tensors=True, prompt=""), atol=1e-3)
+    with pytest.raises(InputError, match="pooling 'none'"):
+        pipe(LONG, long_inputs="chunk", pooling="none")
