@@ -13,6 +13,11 @@ nested list per text. normalize: unit-length vectors; by default as the folder c
 Normalize module last), else True; False leaves a folder's final Normalize out. Token vectors
 (pooling "none") are left as they are, and normalizing them is refused. return_tensors=True
 gives numpy arrays instead of lists. Texts longer than the model are truncated with a warning.
+dimensions=k: each vector's first k values, renormalized when normalize
+(sentence-transformers' `encode(truncate_dim=k, normalize_embeddings=...)`); a model whose
+folder declares `matryoshka_dimensions` takes only those sizes (and its full width).
+`embedding_ranges(k)`: the per-dimension ranges int8/uint8 quantization reads, calibrated at
+export on the export's default vectors of width k (export/calibrate.py).
 """
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArtifactError, InputError
-from ..postprocess import similarity
-from ..sentence_transformers import read_folder
+from ..postprocess import l2_normalize, similarity
+from ..sentence_transformers import matryoshka_dimensions, read_folder
 from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts, token_width
 from .folder import ExportFolder
 from .inputs import Inputs
@@ -52,6 +57,18 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
                                 f"encoder: {e}", "export the model again from a folder "
                                 "sentence-transformers loads") from None
         self._specials = _special_ids(self.tokenizer)
+        record = folder.manifest.embeddings
+        # the sizes the model was trained to be cut to (a folder made elsewhere: its own files)
+        self.matryoshka_dimensions: tuple[int, ...] = (
+            tuple(record.get("matryoshka_dimensions", ())) if folder.foreign is None
+            else matryoshka_dimensions(folder.path))
+        self._ranges = record.get("ranges", {})
+
+    def embedding_ranges(self, width: int) -> np.ndarray | None:
+        """The (2, width) per-dimension minimum and maximum of this export's default vectors
+        cut to `width`, calibrated at export on real text; None where none were."""
+        ranges = self._ranges.get(str(width))
+        return None if ranges is None else np.asarray(ranges, dtype=np.float64)
 
     @property
     def similarity_fn_name(self) -> str:
@@ -81,6 +98,13 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
                 raise InputError(f"pooling={pooling!r} does not fit this model: {e}",
                                  f"leave pooling out (the model's own: "
                                  f"{self.defaults['pooling']!r})", parameter="pooling") from None
+        k = params.get("dimensions")
+        allowed = self.matryoshka_dimensions
+        if k is not None and allowed and k not in allowed and k != self.dimension:
+            raise InputError(f"dimensions={k}: this model was trained for "
+                             f"{', '.join(map(str, allowed))} dimensions (its "
+                             "matryoshka_dimensions)", f"pass dimensions={allowed[-1]}, one of "
+                             "them, or leave dimensions out", parameter="dimensions")
 
     def complete(self, params: Mapping) -> dict:
         # the default normalize is for pooled vectors: token vectors stay as they are
@@ -94,10 +118,13 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         ids = self.backend(self.max_length).encode(prompt).ids
         return len(ids) - 1 if ids and ids[-1] in self._specials else len(ids)
 
-    def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt,
+    def predict(self, read: Inputs, pooling, normalize, dimensions, prompt_name, prompt,
                 truncation_direction, return_tensors, batch_size):
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
+        if pooling == "none" and dimensions is not None:
+            raise InputError("dimensions needs a pooled vector", "pass pooling='mean' or "
+                             "leave dimensions out", parameter="dimensions")
         prompt = self.prompt_text(prompt_name, prompt)
         encs = self.encode(self.prompted(read, None, prompt),
                            direction=truncation_direction.lower())
@@ -110,7 +137,12 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
             hidden = out["last_hidden_state"]                              # (B, T, H)
             if pooling == "none":
                 return [hidden[row:row + 1, :n] for row, n in enumerate(batch.lengths)]
-            return self.stack.embed(hidden, batch.attention_mask, modes, normalize, cut)
+            vectors = self.stack.embed(hidden, batch.attention_mask, modes, normalize, cut)
+            if dimensions is None:
+                return vectors
+            # cut, then unit length again (a cut unit vector is shorter than 1)
+            vectors = np.asarray(vectors)[:, :dimensions]
+            return l2_normalize(vectors) if normalize else vectors
 
         results = self.infer(encs, post, batch_size)
         if not return_tensors:
