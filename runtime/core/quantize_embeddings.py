@@ -39,7 +39,9 @@ def quantize(vectors: np.ndarray, precision: str, ranges: np.ndarray | None = No
     if precision in RANGED:
         if ranges is None:
             raise InputError(f"{precision} needs calibrated ranges", "pass ranges=")
-        ranges = np.asarray(ranges, dtype=np.float64)
+        # float32 arithmetic throughout, as sentence-transformers' on float32 vectors and
+        # ranges (float64 would put a few values in the next bucket)
+        ranges = np.asarray(ranges, dtype=np.float32)
         if ranges.shape != (2, vectors.shape[-1]):
             raise InputError(f"{precision} ranges are {ranges.shape}, the vectors have "
                              f"{vectors.shape[-1]} dimensions", "pass the ranges of this width")

@@ -68,7 +68,8 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         """The (2, width) per-dimension minimum and maximum of this export's default vectors
         cut to `width`, calibrated at export on real text; None where none were."""
         ranges = self._ranges.get(str(width))
-        return None if ranges is None else np.asarray(ranges, dtype=np.float64)
+        # float32, as calibrated (JSON holds each float32 exactly)
+        return None if ranges is None else np.asarray(ranges, dtype=np.float32)
 
     @property
     def similarity_fn_name(self) -> str:
