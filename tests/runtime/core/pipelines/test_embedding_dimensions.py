@@ -153,3 +153,16 @@ def test_export_calibrates_ranges_that_quantize_as_sentence_transformers(folders
         for precision in ("binary", "ubinary"):
             np.testing.assert_array_equal(quantize(ours, precision),
                                           quantize_embeddings(mine_as_theirs, precision))
+
+
+def test_the_command_line_takes_dimensions(folders, capsys):
+    from bertonnx.runtime.cli import main
+
+    out = folders["mat"][1]
+    assert main(["embed", str(out), "a dog", "--dimensions", "8", "--json"]) == 0
+    np.testing.assert_allclose(json.loads(capsys.readouterr().out),
+                               load(out)("a dog", dimensions=8), rtol=0, atol=1e-6)
+    # a size the model was not trained for: one line, exit != 0, no traceback
+    assert main(["embed", str(out), "a dog", "--dimensions", "12"]) != 0
+    err = capsys.readouterr().err
+    assert "dimensions=12: this model was trained for 16, 8" in err and "Traceback" not in err
