@@ -137,3 +137,23 @@ def test_refusals_in_cohere_shape(client, url, folders, tmp_path):  # noqa: F811
         ok = no_ranges.embed(model=NAME, input_type="search_query", texts=TEXTS,
                              embedding_types=["ubinary"])
         assert len(ok.embeddings.ubinary) == len(TEXTS)
+
+
+def test_openai_and_tei_dimensions_on_a_matryoshka_model(url, pipe):
+    """The same parameter behind OpenAI's and TEI's `dimensions`: a declared size is the
+    library's cut vector, another is refused in each protocol's shape, naming the sizes."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    got = client.embeddings.create(model=NAME, input=TEXTS, dimensions=8)
+    want = np.asarray(pipe(TEXTS, dimensions=8), np.float32)
+    np.testing.assert_array_equal(np.asarray([d.embedding for d in got.data], np.float32), want)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=NAME, input=TEXTS, dimensions=12)
+    assert e.value.body["param"] == "dimensions"
+    assert "trained for 16, 8 dimensions" in e.value.body["message"]
+    tei = httpx.post(url + "/embed", json={"inputs": TEXTS, "dimensions": 16}, timeout=30)
+    np.testing.assert_array_equal(np.asarray(tei.json(), np.float32),
+                                  np.asarray(pipe(TEXTS, dimensions=16), np.float32))
+    refused = httpx.post(url + "/embed", json={"inputs": TEXTS, "dimensions": 12}, timeout=30)
+    assert refused.status_code == 422 and refused.json()["error_type"] == "Validation"
+    assert "trained for 16, 8 dimensions" in refused.json()["error"]

@@ -166,3 +166,14 @@ def test_the_command_line_takes_dimensions(folders, capsys):
     assert main(["embed", str(out), "a dog", "--dimensions", "12"]) != 0
     err = capsys.readouterr().err
     assert "dimensions=12: this model was trained for 16, 8" in err and "Traceback" not in err
+
+
+def test_only_sentence_vectors_are_calibrated(tiny_export):
+    from bertonnx.runtime.core.manifest import Manifest
+
+    assert Manifest.read(tiny_export("fill-mask")).embeddings == {}
+    record = Manifest.read(tiny_export(EMB)).embeddings
+    # a plain encoder (mean pooling, unit vectors), no Matryoshka sizes: the full width only
+    assert record["matryoshka_dimensions"] == [] and list(record["ranges"]) == ["32"]
+    low, high = np.asarray(record["ranges"]["32"])
+    assert (low < high).all() and (low >= -1).all() and (high <= 1).all()
