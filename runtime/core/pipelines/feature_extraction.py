@@ -68,8 +68,17 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         """The (2, width) per-dimension minimum and maximum of this export's default vectors
         cut to `width`, calibrated at export on real text; None where none were."""
         ranges = self._ranges.get(str(width))
-        # float32, as calibrated (JSON holds each float32 exactly)
-        return None if ranges is None else np.asarray(ranges, dtype=np.float32)
+        if ranges is None:
+            return None
+        try:   # float32, as calibrated (JSON holds each float32 exactly)
+            ranges = np.asarray(ranges, dtype=np.float32)
+        except (TypeError, ValueError):
+            ranges = None
+        if ranges is None or ranges.shape != (2, width):
+            raise ArtifactError(f"{self.folder.path}'s manifest records embedding ranges for "
+                                f"{width} dimensions that are not two rows of {width} numbers",
+                                "export the model again")
+        return ranges
 
     @property
     def similarity_fn_name(self) -> str:
