@@ -214,12 +214,14 @@ class EmbedWire(CohereWire):
         _count(data, "priority", low=0)
         width = dimensions or pipe.dimension
         ranges = pipe.embedding_ranges(width) if any(t in RANGED for t in types) else None
-        if any(t in RANGED for t in types) and ranges is None:
+        # a width past the model's is the pipeline's refusal (its dimensions rule), not this
+        if any(t in RANGED for t in types) and ranges is None and width <= pipe.dimension:
             raise _bad(f"invalid request: {'/'.join(t for t in types if t in RANGED)} "
                        f"embeddings need int8 ranges calibrated for {width} dimensions, which "
                        "this export lacks (it predates them, or the model folder does not "
                        "declare that Matryoshka size); export the model again, or ask for "
                        "float or binary", "embedding_types")
+        given = texts   # the answer lists the texts as sent
         if limit is not None and limit < pipe.max_length:
             texts = _first_tokens(pipe, texts, limit, last=truncate == "START")
         names = [n for n in INPUT_PROMPTS[input_type] if n in pipe.prompts]
@@ -227,7 +229,7 @@ class EmbedWire(CohereWire):
                   **({"prompt_name": names[0]} if names else {}),
                   **({} if dimensions is None else {"dimensions": dimensions})}
         return Call(Parsed(texts, False, params),
-                    (truncate, list(dict.fromkeys(types)), texts, ranges))
+                    (truncate, list(dict.fromkeys(types)), given, ranges))
 
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)

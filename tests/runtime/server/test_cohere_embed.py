@@ -100,6 +100,11 @@ def test_truncate(client, pipe, url):
     few = client.embed(model=NAME, input_type="clustering", texts=[TEXTS[1]], max_tokens=3)
     np.testing.assert_array_equal(np.asarray(few.embeddings.float_, np.float32),
                                   np.asarray(pipe(["a dog ran"]), np.float32))
+    assert few.texts == [TEXTS[1]]
+    last = client.embed(model=NAME, input_type="clustering", texts=[TEXTS[1]], max_tokens=2,
+                        truncate="START")
+    np.testing.assert_array_equal(np.asarray(last.embeddings.float_, np.float32),
+                                  np.asarray(pipe(["in paris"]), np.float32))
 
 
 def _refused(client, status, message, **kw):
@@ -120,6 +125,10 @@ def test_refusals_in_cohere_shape(client, url, folders, tmp_path):  # noqa: F811
     _refused(client, 400, "texts must be a non-empty list", texts=[])
     _refused(client, 400, "dimensions=12: this model was trained for 16, 8",
              output_dimension=12)
+    _refused(client, 400, "output_dimension must be an integer of at least 1",
+             output_dimension=0)
+    _refused(client, 400, "dimensions must be an integer from 1 to 32", output_dimension=64,
+             embedding_types=["int8"])
     _refused(client, 422, f"--max-inputs {MAX_INPUTS}", texts=["a"] * (MAX_INPUTS + 1))
     r = httpx.post(url + "/v2/embed", content=b"{nope", timeout=30)
     assert r.status_code == 400 and "not valid JSON" in r.json()["message"]
