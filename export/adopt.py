@@ -32,7 +32,7 @@ from bertonnx.runtime.core.manifest import Manifest
 from bertonnx.runtime.core.session import create_session
 from bertonnx.runtime.core.tokenizer import TOKENIZER_FILES
 
-from . import fusion, graph, sentence
+from . import calibrate, fusion, graph, sentence
 from .api import ExportOptions, _check_target, _versions, check_parity, locked, resolve_model
 from .precisions import PRECISIONS, precision
 
@@ -170,5 +170,10 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
             defaults=pipeline_class(task).folder_defaults(src), sentence_transformers=stack,
             created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         manifest.write(tmp)
+        # sentence vectors: their Matryoshka sizes and int8 ranges, as export records them
+        embeddings = calibrate.record(task, tmp, src, say)
+        if embeddings:
+            manifest.embeddings = embeddings
+            manifest.write(tmp)
         say(f"writing {out}")
     return manifest

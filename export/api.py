@@ -37,7 +37,7 @@ from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand
 from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
-from . import engines, fusion, graph, memory, parity, sentence, variants
+from . import calibrate, engines, fusion, graph, memory, parity, sentence, variants
 from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
@@ -236,6 +236,11 @@ def _export(model, task: str, out: Path, options: ExportOptions, say) -> Manifes
         stack = sentence.carry(source_dir, task, tmp)
         manifest = _build(held, task, tmp, options, tokenizer, say, source=source,
                           defaults=defaults, untrained=untrained, stack=stack)
+        # sentence vectors: their Matryoshka sizes and int8 ranges, from the written graph
+        embeddings = calibrate.record(task, tmp, source_dir, say)
+        if embeddings:
+            manifest.embeddings = embeddings
+            manifest.write(tmp)
         say(f"writing {out}")
     return manifest
 

@@ -45,7 +45,7 @@ _FIELD_TYPES = {"task": str, "opset": int, "exporter": str, "inputs": dict, "out
                 "optimized": bool, "quantization": dict, "fused_ops": dict, "parity": dict,
                 "config": dict, "files": dict, "versions": dict, "source": str, "created": str,
                 "defaults": dict, "untrained_head": dict, "sentence_transformers": dict,
-                "engines": dict}
+                "engines": dict, "embeddings": dict}
 
 
 @dataclass
@@ -79,6 +79,12 @@ class Manifest:
     # where its entry passed (runtime/core/engines.py). A reader that ignores it runs the CPU
     # provider, whose answers `parity` vouches for, so it needs no new schema version.
     engines: dict = field(default_factory=dict)
+    # a feature-extraction export's vectors (export/calibrate.py): "matryoshka_dimensions", the
+    # sizes its model folder declares; "ranges", width -> [[min...], [max...]] per dimension
+    # of its default vectors on real text, which int8/uint8 quantization reads
+    # (runtime/core/quantize_embeddings.py). A reader that ignores it answers the same floats,
+    # so it needs no new schema version.
+    embeddings: dict = field(default_factory=dict)
     version: int = MANIFEST_VERSION
 
     def to_json(self) -> str:

@@ -237,3 +237,23 @@ def _dense(path: Path, rel: str) -> Dense:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{config} lacks in_features/out_features ({e!r})",
                             "restore the file") from None
+
+
+def matryoshka_dimensions(path: Path) -> tuple[int, ...]:
+    """The vector sizes a model folder says it was trained to be cut to (Matryoshka):
+    `matryoshka_dimensions` in config_sentence_transformers.json, else in config.json; () when
+    neither declares any (every size is then allowed, as sentence-transformers' truncate_dim
+    allows any: it checks none)."""
+    for name in (ST_CONFIG, "config.json"):
+        config = Path(path) / name
+        if not config.is_file():
+            continue
+        sizes = read_json_object(config, "restore the file").get("matryoshka_dimensions")
+        if sizes is None:
+            continue
+        if not isinstance(sizes, list) or not sizes or not all(
+                isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in sizes):
+            raise ArtifactError(f"{config}'s matryoshka_dimensions is not a list of positive "
+                                f"integers: {str(sizes)[:60]}", "fix or remove the field")
+        return tuple(sorted(set(sizes), reverse=True))
+    return ()

@@ -186,6 +186,12 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               "Unit-length vectors (cosine similarity = dot product; an export of a "
               "sentence-transformers folder: as the folder chose by default).",
               Flag(negatable=True)),
+        # sentence-transformers' encode(truncate_dim=k): the first k values, renormalized when
+        # normalize; a folder that declares matryoshka_dimensions takes only those. Off /v2:
+        # its output's width is declared once per model
+        Param("dimensions", integer(1, lambda pipe: pipe.dimension, none=True, example=128),
+              None, "Keep each vector's first k values (renormalized when normalized); a "
+              "Matryoshka model: one of its declared sizes.", Flag(metavar="K"), v2=False),
         *PROMPT_PARAMS, TRUNCATION_DIRECTION,
         # vLLM's chunked processing (pipelines/chunks.py); the server's --long-inputs chunk
         # sets it for a TEI request with truncate false (which TEI refuses)

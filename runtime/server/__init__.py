@@ -8,7 +8,7 @@ Starlette on uvicorn (the optional `serve` extra; nothing else in the runtime im
     POST /v1/embeddings, GET /v1/models            OpenAI's embeddings API (openai.py)
     /v2, /v2/health/*, /v2/models/{name}[/ready|/infer]   Open Inference Protocol v2 (v2.py)
     POST /embed, /rerank, /embed_sparse, /tokenize, GET /info   TEI's API (tei*.py)
-    POST /v2/rerank                                 Cohere's rerank (cohere.py)
+    POST /v2/rerank, /v2/embed                      Cohere's rerank and embed (cohere.py)
     GET  /openapi.json, /docs                       OpenAPI 3.1 and Swagger UI (openapi.py)
 
 The request convention is Hugging Face's inference API: `inputs` is a text, a list of texts,

@@ -13,7 +13,9 @@ Vectors are the export's sentence embeddings with its defaults, as every entry p
 them — the library's `pipe(texts)`, run through the same batcher as /predict: mean pooled
 and unit length (OpenAI's own embeddings are unit length, and clients take the dot product
 as the cosine), or, for an export of a sentence-transformers folder, pooled and normalised as
-that folder says. OpenAI's request has no parameter for either. `encoding_format` "base64" is
+that folder says. OpenAI's request has no parameter for either; `dimensions` keeps the first N
+values, renormalized (sentence-transformers' truncate_dim; a model whose folder declares
+matryoshka_dimensions takes only those). `encoding_format` "base64" is
 the vector's little-endian float32 bytes, as the openai client decodes them (it asks for base64
 unless told otherwise). Usage counts the tokens the model ran (special tokens included, texts
 past the model's length truncated as the library truncates them). Refusals are OpenAI's error
@@ -22,16 +24,15 @@ object `{"error": {"message", "type", "param", "code"}}`. Reference: OpenAI's AP
 """
 from __future__ import annotations
 
-import base64
 import json
 import re
 from datetime import datetime
 from typing import Any
 
-import numpy as np
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..core.quantize_embeddings import base64_floats
 from ..core.tensors import hidden_size
 from .protocol import Parsed, json_bytes
 from .wire import ANY_METHOD, Call, FieldError, Wire
@@ -106,16 +107,16 @@ class EmbeddingsWire(Wire):
             if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
                 raise _field(f"dimensions must be a positive integer, got {dimensions!r:.40}",
                              "dimensions")
-            if dimensions != width:
-                raise _field(f"this model's embeddings have {width} dimensions and it cannot "
-                             f"shorten them to {dimensions} (it was not trained for "
-                             "truncated, Matryoshka-style embeddings); leave dimensions out",
-                             "dimensions")
+            if dimensions > width:
+                raise _field(f"dimensions {dimensions} is more than this model's {width}; pass "
+                             f"at most {width}, or leave dimensions out", "dimensions")
         user = data.get("user")
         if user is not None and not isinstance(user, str):
             raise _field("user must be a string", "user")
-        # no parameters: the export's defaults, the vectors /predict and load() give
-        return Call(Parsed(texts, False, {}), (encoding, state.name))
+        # the export's defaults, the vectors /predict and load() give; `dimensions` cuts them
+        # (renormalized; a Matryoshka model's own sizes only: the pipeline's check)
+        params = {} if dimensions is None else {"dimensions": dimensions}
+        return Call(Parsed(texts, False, params), (encoding, state.name))
 
     def respond(self, answer, call: Call, work):
         encoding, model = call.context
@@ -154,9 +155,7 @@ def _texts(value) -> list[str]:
 
 
 def _encode(vector, encoding: str):
-    if encoding == "base64":
-        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
-    return vector
+    return base64_floats(vector) if encoding == "base64" else vector
 
 
 def model_record(state) -> dict[str, Any]:

@@ -37,7 +37,6 @@ from importlib import metadata
 import numpy as np
 from starlette.responses import JSONResponse, Response
 
-from ..core.postprocess import l2_normalize
 from ..core.tasks import DIRECTIONS, TASKS
 from ..core.tensors import hidden_size
 from .endpoints import Endpoint, check_served
@@ -186,13 +185,6 @@ class TeiWire(Wire):
         return error(status, message, kind, headers, parameter)
 
 
-@dataclass(frozen=True)
-class _Embed:
-    truncate: bool
-    dimensions: int | None
-    normalize: bool
-
-
 class EmbedWire(TeiWire):
     name = "tei-embed"
     FIELDS = frozenset({"inputs", "normalize", "truncate", "truncation_direction",
@@ -213,26 +205,22 @@ class EmbedWire(TeiWire):
             if dimensions > width:
                 raise invalid(VALIDATION + "`dimensions` should be smaller than the maximum "
                               f"embedding dimension ({width})", "dimensions")
-        # with dimensions the vector is cut first and normalized after (TEI's order)
-        params = {"normalize": normalize and dimensions is None, **read_prompt(data, pipe),
-                  **direction}
+        # with dimensions the pipeline cuts the vector first and normalizes after (TEI's order)
+        params = {"normalize": normalize, **read_prompt(data, pipe), **direction,
+                  **({} if dimensions is None else {"dimensions": dimensions})}
         if not truncate and state.options.long_inputs == "chunk":
             params["long_inputs"] = "chunk"   # windowed into one vector instead of refused
             truncate = True
-        return Call(Parsed(texts, False, params), _Embed(truncate, dimensions, normalize))
+        return Call(Parsed(texts, False, params), truncate)
 
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)
-        if not call.context.truncate:
+        if not call.context:   # truncate false
             prefix = prompt_text(pipe, prepared.params)
             refuse_long(pipe, [prefix + t for t in prepared.read.records])
         return work
 
     def respond(self, answer, call: Call, work):
-        ctx: _Embed = call.context
-        if ctx.dimensions is not None:
-            vectors = np.asarray(answer, dtype=np.float32)[:, :ctx.dimensions]
-            answer = (l2_normalize(vectors) if ctx.normalize else vectors).tolist()
         response = respond_json(answer)
         if work is not None and work.windows:   # how many windows each input became
             response.headers[WINDOWS_HEADER] = ",".join(map(str, work.windows))

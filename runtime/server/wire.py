@@ -12,7 +12,7 @@ differ between the protocols:
     POST /v2/models/{name}/infer    Open Inference Protocol v2  v2.INFER
     POST /embed, /rerank, /, ...    text-embeddings-inference   tei_routes.WIRES, its
                                                                 dispatch by task
-    POST /v2/rerank                 Cohere's rerank             cohere.WIRE
+    POST /v2/rerank, /v2/embed      Cohere's rerank and embed   cohere.WIRE, EMBED_WIRE
 
 so a request merged into a batch with requests of another protocol gets the same answer.
 """

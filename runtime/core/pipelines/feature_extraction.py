@@ -14,6 +14,11 @@ Normalize module last), else True; False leaves a folder's final Normalize out. 
 (pooling "none") are left as they are, and normalizing them is refused. return_tensors=True
 gives numpy arrays instead of lists. Texts longer than the model are truncated with a warning,
 or with long_inputs="chunk" embedded whole as windows (chunks.py).
+dimensions=k: each vector's first k values, renormalized when normalize
+(sentence-transformers' `encode(truncate_dim=k, normalize_embeddings=...)`); a model whose
+folder declares `matryoshka_dimensions` takes only those sizes (and its full width).
+`embedding_ranges(k)`: the per-dimension ranges int8/uint8 quantization reads, calibrated at
+export on the export's default vectors of width k (export/calibrate.py).
 """
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArtifactError, InputError
-from ..postprocess import similarity
-from ..sentence_transformers import read_folder
+from ..postprocess import l2_normalize, similarity
+from ..sentence_transformers import matryoshka_dimensions, read_folder
 from ..tensors import BYTES, FP32, HIDDEN, N, TaskTensors, Tensor, texts, token_width
 from . import chunks
 from .base import Work
@@ -56,6 +61,28 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
                                 f"encoder: {e}", "export the model again from a folder "
                                 "sentence-transformers loads") from None
         self._specials = _special_ids(self.tokenizer)
+        record = folder.manifest.embeddings
+        # the sizes the model was trained to be cut to (a folder made elsewhere: its own files)
+        self.matryoshka_dimensions: tuple[int, ...] = (
+            tuple(record.get("matryoshka_dimensions", ())) if folder.foreign is None
+            else matryoshka_dimensions(folder.path))
+        self._ranges = record.get("ranges", {})
+
+    def embedding_ranges(self, width: int) -> np.ndarray | None:
+        """The (2, width) per-dimension minimum and maximum of this export's default vectors
+        cut to `width`, calibrated at export on real text; None where none were."""
+        ranges = self._ranges.get(str(width))
+        if ranges is None:
+            return None
+        try:   # float32, as calibrated (JSON holds each float32 exactly)
+            ranges = np.asarray(ranges, dtype=np.float32)
+        except (TypeError, ValueError):
+            ranges = None
+        if ranges is None or ranges.shape != (2, width):
+            raise ArtifactError(f"{self.folder.path}'s manifest records embedding ranges for "
+                                f"{width} dimensions that are not two rows of {width} numbers",
+                                "export the model again")
+        return ranges
 
     @property
     def similarity_fn_name(self) -> str:
@@ -85,6 +112,13 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
                 raise InputError(f"pooling={pooling!r} does not fit this model: {e}",
                                  f"leave pooling out (the model's own: "
                                  f"{self.defaults['pooling']!r})", parameter="pooling") from None
+        k = params.get("dimensions")
+        allowed = self.matryoshka_dimensions
+        if k is not None and allowed and k not in allowed and k != self.dimension:
+            raise InputError(f"dimensions={k}: this model was trained for "
+                             f"{', '.join(map(str, allowed))} dimensions (its "
+                             "matryoshka_dimensions)", f"pass dimensions={allowed[-1]}, one of "
+                             "them, or leave dimensions out", parameter="dimensions")
 
     def complete(self, params: Mapping) -> dict:
         # the default normalize is for pooled vectors: token vectors stay as they are
@@ -105,10 +139,13 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         return Work(sum(len(e.ids) for e in windows.encodings),
                     windows=chunks.window_counts(windows))
 
-    def predict(self, read: Inputs, pooling, normalize, prompt_name, prompt,
+    def predict(self, read: Inputs, pooling, normalize, dimensions, prompt_name, prompt,
                 truncation_direction, long_inputs, return_tensors, batch_size):
         if pooling == "none" and normalize:
             raise InputError("normalize needs a pooled vector", "pass pooling='mean' or 'cls'")
+        if pooling == "none" and dimensions is not None:
+            raise InputError("dimensions needs a pooled vector", "pass pooling='mean' or "
+                             "leave dimensions out", parameter="dimensions")
         chunked = long_inputs == "chunk"
         if chunked and pooling == "none":
             raise InputError("long_inputs='chunk' pools each window into one vector, and "
@@ -141,6 +178,10 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
         results = self.infer(encs, post, batch_size)
         if chunked:
             results = chunks.combine(windows, results, normalize)
+        if dimensions is not None and results:
+            # cut, then unit length again (a cut unit vector is shorter than 1)
+            cut_vectors = np.stack([np.asarray(r) for r in results])[:, :dimensions]
+            results = list(l2_normalize(cut_vectors) if normalize else cut_vectors)
         if not return_tensors:
             results = [r.tolist() for r in results]
         elif pooling != "none":

@@ -48,6 +48,7 @@ def echo():
     ("POST", "/embed", {"error", "error_type"}),             # TEI's ErrorResponse
     ("GET", "/info", {"error", "error_type"}),
     ("POST", "/v2/rerank", {"id", "message"}),               # Cohere's
+    ("POST", "/v2/embed", {"id", "message"}),
     ("POST", "/v2/models/echo/infer", {"error"}),            # Open Inference Protocol v2
     ("GET", "/v2/models/echo", {"error"}),
     ("GET", "/metrics", {"error", "type"}),

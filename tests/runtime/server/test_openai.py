@@ -84,6 +84,13 @@ def test_base64_is_little_endian_float32(client, pipe):
     width = len(vectors[0])
     same = client.embeddings.create(input=TEXTS[:1], model=NAME, dimensions=width)
     np.testing.assert_array_equal(np.asarray(same.data[0].embedding, np.float32), vectors[0])
+    # fewer: the first ones, renormalized (sentence-transformers' truncate_dim), as the library
+    cut = client.embeddings.create(input=TEXTS, model=NAME, dimensions=8)
+    np.testing.assert_allclose([d.embedding for d in cut.data], pipe(TEXTS, dimensions=8),
+                               atol=1e-6)
+    first = np.stack(vectors)[:, :8]
+    np.testing.assert_allclose([d.embedding for d in cut.data],
+                               first / np.linalg.norm(first, axis=1, keepdims=True), atol=1e-6)
 
 
 def test_models(client, server):
@@ -121,8 +128,10 @@ def test_refusals_in_openai_shape(client, server):
     assert body["param"] == "input"
     _, body = _refused(lambda: create(input="x", model=NAME, encoding_format="hex"))
     assert body["param"] == "encoding_format"
-    _, body = _refused(lambda: create(input="x", model=NAME, dimensions=8))
-    assert body["param"] == "dimensions" and "cannot shorten" in body["message"]
+    _, body = _refused(lambda: create(input="x", model=NAME, dimensions=10_000))
+    assert body["param"] == "dimensions" and "more than this model's" in body["message"]
+    _, body = _refused(lambda: create(input="x", model=NAME, dimensions=0))
+    assert body["param"] == "dimensions" and "positive integer" in body["message"]
     _, body = _refused(lambda: create(input="x", model=NAME, extra_body={"pooling": "cls"}))
     assert body["param"] == "pooling" and "Unrecognized request argument" in body["message"]
     # past --max-inputs: the server's own limit, in OpenAI's shape

@@ -255,6 +255,9 @@ def test_long_inputs_chunk_is_the_token_weighted_mean_of_its_windows(folders):
         for text, vector in zip(texts, got):
             close(vector, _window_reference(st, text, prompt, overlap(20)))
         close(got[1], pipe("a dog", return_tensors=True, **kwargs))
+        # dimensions cuts the text's vector (its windows' mean), then normalizes again
+        short = pipe(texts, long_inputs="chunk", dimensions=8, return_tensors=True, **kwargs)
+        close(short, got[:, :8] / np.linalg.norm(got[:, :8], axis=1, keepdims=True))
     assert not np.allclose(got[0], pipe(LONG, return_tensors=True, prompt=""), atol=1e-3)
     with pytest.raises(InputError, match="pooling 'none'"):
         pipe(LONG, long_inputs="chunk", pooling="none")
