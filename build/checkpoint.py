@@ -21,7 +21,8 @@ import huggingface_hub
 import torch
 from safetensors.torch import load_file
 
-from bertonnx.runtime.core import cross_encoder, defaults, sentence_transformers, sparse_encoder
+from bertonnx.runtime.core import (colbert, cross_encoder, defaults, sentence_transformers,
+                                   sparse_encoder)
 from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architectures
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
@@ -100,6 +101,8 @@ def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
     name = path_or_hub_id
+    if colbert.is_colbert_folder(folder):  # a PyLate ColBERT: token vectors, projected
+        return "multi-vector", f"from {name}'s config_sentence_transformers.json: a ColBERT"
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
     if embedder is not None:
         return embedder, f"from {name}'s modules.json: a SentenceTransformer with a Pooling module"

@@ -1,0 +1,148 @@
+"""multi-vector: ColBERT token vectors on onnxruntime, as PyLate's `ColBERT.encode` makes them.
+
+    pipe = load("out/colbert")
+    pipe(["what is paris?"], is_query=True)      # [array (query_length, dim)]
+    pipe(["Paris is the capital of France."])    # [array (kept tokens, dim)]: documents
+
+The graph answers the encoder's token vectors (B, T, H), as feature-extraction's does; the
+folder's settings (runtime/core/colbert.py, recorded at export) run here: the query or
+document prefix after [CLS], truncation to query_length / document_length tokens, a query
+expanded with [MASK] to its full length (attended to only with attend_to_expansion_tokens), the
+Dense projection(s), each token vector normalized, then the tokens PyLate keeps (a query's all;
+a document's unpadded ones whose id is not in the skiplist). `normalize=False` leaves the
+vectors as projected (PyLate's normalize_embeddings). PyLate's is_query defaults to True; here a
+call encodes documents unless it says is_query=True (a document encoded as a query would be cut
+to the query length). Scoring query against document vectors is `maxsim` (PyLate's
+colbert_scores).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..colbert import ColbertSettings
+from ..contract import MANIFEST_NAME
+from ..errors import ArtifactError
+from ..postprocess import l2_normalize
+from ..sentence_modules import TOKENS, load_dense
+from ..tensors import BYTES, N, TaskTensors, Tensor, texts
+from .base import Pipeline, Work
+from .folder import ExportFolder
+from .inputs import Inputs
+from .sentence_folder import _lowercase_first
+
+
+def _to_tensors(results: list) -> dict[str, np.ndarray]:
+    """/v2: each text's (tokens, dim) vectors as one JSON string (their number varies)."""
+    return {"embeddings": np.array([json.dumps(np.asarray(r).tolist()) for r in results],
+                                   np.object_)}
+
+
+def maxsim(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
+    """Late-interaction scores (PyLate's colbert_scores): for each document, the sum over the
+    query's tokens of the best dot product with any of the document's tokens."""
+    return np.array([float((query @ d.T).max(axis=1).sum()) if len(d) else 0.0
+                     for d in documents], dtype=np.float32)
+
+
+class MultiVectorPipeline(Pipeline):
+    """`settings`: the ColBERT folder's (prefixes, lengths, expansion, skiplist, Dense)."""
+
+    task = "multi-vector"
+    tensors = TaskTensors(task, (Tensor("text", BYTES, N),), (Tensor("embeddings", BYTES, N),),
+                          texts, _to_tensors)
+
+    def __init__(self, folder: ExportFolder, session, **kwargs):
+        super().__init__(folder, session, **kwargs)
+        where = folder.path / MANIFEST_NAME
+        record = folder.manifest.sentence_transformers if folder.foreign is None else {}
+        if not record:
+            raise ArtifactError(f"{where} records no ColBERT settings",
+                                "export a PyLate ColBERT folder with --task multi-vector")
+        settings = ColbertSettings.from_json(record, where)
+        for m in settings.modules:
+            if m.weights not in folder.manifest.files:
+                raise ArtifactError(f"{where} does not list {m.weights}, which the runtime "
+                                    "reads", "export the model again")
+        self.settings = settings
+        self.modules = tuple(load_dense(m, folder.path) for m in settings.modules)
+        if settings.do_lower_case:
+            _lowercase_first(self.tokenizer.backend)
+        tok = self.tokenizer
+        # PyLate's convert_tokens_to_ids: a token the vocabulary lacks is [UNK]
+        self._prefix = {q: (tok.token_to_id(p) if tok.token_to_id(p) is not None
+                            else tok.unk_token_id) if p else None
+                        for q, p in ((True, settings.query_prefix),
+                                     (False, settings.document_prefix))}
+        self._skip = np.array(sorted({tok.token_to_id(w) if tok.token_to_id(w) is not None
+                                      else tok.unk_token_id for w in settings.skiplist_words}
+                                     - {None}), dtype=np.int64)
+        # PyLate makes [MASK] the pad token: a query is expanded with it
+        self._expand_id = tok.mask_token_id if tok.mask_token_id is not None else tok.pad_token_id
+        self.dimension = self.modules[-1].out_features if self.modules else None
+
+    def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
+        """Each text's token ids as the graph reads them and how many are attended to
+        (ColBERT.tokenize)."""
+        s = self.settings
+        length = s.query_length if is_query else s.document_length
+        prefix = self._prefix[is_query]
+        cut = min(length - 1 if prefix is not None else length, self.max_length)
+        encs = self.backend(cut).encode_batch(texts)
+        expand = is_query and s.do_query_expansion
+        rows = []
+        for e in encs:
+            ids = list(e.ids)
+            if expand:
+                ids += [self._expand_id] * (cut - len(ids))
+            attended = len(e.ids)
+            if prefix is not None:
+                ids.insert(1, prefix)
+                attended += 1
+            if expand and s.attend_to_expansion_tokens:
+                attended = len(ids)
+            rows.append((ids, attended))
+        return rows
+
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        rows = self.rows(list(inputs.records), bool(params.get("is_query")))
+        return Work(sum(len(ids) for ids, _ in rows))
+
+    def vectors(self, hidden: np.ndarray, normalize: bool) -> np.ndarray:
+        """(B, T, H) token vectors -> (B, T, D): the Dense modules, then unit length."""
+        features = {TOKENS: hidden}
+        for m in self.modules:
+            m.apply(features, (), 0)
+        x = features[TOKENS]
+        return l2_normalize(x) if normalize else x
+
+    def predict(self, read: Inputs, is_query, normalize, batch_size):
+        rows = self.rows(list(read.records), is_query)
+        size = self.batch_size if batch_size is None else batch_size
+        order = np.argsort([len(ids) for ids, _ in rows], kind="stable")
+        results: list = [None] * len(rows)
+        keep_all = is_query and self.settings.do_query_expansion
+        for lo in range(0, len(order), size):
+            idx = order[lo:lo + size]
+            width = max(len(rows[i][0]) for i in idx)
+            ids = np.full((len(idx), width), self.tokenizer.pad_token_id, np.int64)
+            mask = np.zeros_like(ids)
+            for r, i in enumerate(idx):
+                row, attended = rows[i]
+                ids[r, :len(row)] = row
+                mask[r, :attended] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask,
+                     "token_type_ids": np.zeros_like(ids)}
+            out = self.vectors(self.session.run(feeds, self.outputs)["last_hidden_state"],
+                               normalize)                                      # (B, T, D)
+            for r, i in enumerate(idx):
+                n = len(rows[i][0])
+                if keep_all:     # every query token, the expansion's included
+                    keep = np.ones(n, bool)
+                else:
+                    keep = mask[r, :n].astype(bool)
+                    if not is_query:
+                        keep &= ~np.isin(ids[r, :n], self._skip)
+                results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
+        return self.unwrap(results, read)
