@@ -193,7 +193,7 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
     # ColBERT (a PyLate folder): the encoder's token vectors, as feature-extraction's graph
     # answers them; prefixes, query expansion, Dense, normalization and the skiplist run in
     # pipelines/multi_vector.py (after feature-extraction: a plain Model checkpoint's task)
-    Task("multi-vector", ("colbert",), "identity", "Model", (("last_hidden_state", _BS),),
+    Task("multi-vector", (), "identity", "Model", (("last_hidden_state", _BS),),
          (2, "hidden_size"), "embed-multi", "Token vectors of texts (ColBERT, late interaction).",
          "multi_vector:MultiVectorPipeline", ("text",), (
         # PyLate's encode(is_query=True) by default; documents here (a document encoded as a
