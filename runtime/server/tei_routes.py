@@ -18,6 +18,7 @@ from .tei import MODEL_TYPES, TAG, EmbedWire, TokenizeWire, error, info
 from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire,
                           InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
+from . import multi_vector
 from .wire import PREDICT
 
 STRING = {"type": "string"}
@@ -284,7 +285,7 @@ BASE = _base("/", "The export's TEI route, by its kind (TEI's base URL): /embed,
                   "a body with \"parameters\" or another task: /predict's answer.")
 INVOCATIONS = _base("/invocations", "As POST / (SageMaker's route).")
 ENDPOINTS = (EMBED, RERANK, EMBED_SPARSE, TOKENIZE, INFO_ENDPOINT, SIMILARITY, EMBED_ALL, DECODE,
-             BASE, INVOCATIONS)
+             BASE, INVOCATIONS, multi_vector.EMBED_MULTI)
 ERROR_SCHEMA = _object({"error": STRING, "error_type": {
     "type": "string", "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer",
                                "Empty"]}}, ["error", "error_type"])
@@ -292,7 +293,7 @@ ERROR_SCHEMA = _object({"error": STRING, "error_type": {
 WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
          "/embed_sparse": EmbedSparseWire(EMBED_SPARSE), "/tokenize": TokenizeWire(TOKENIZE),
          "/similarity": SimilarityWire(SIMILARITY), "/embed_all": EmbedAllWire(EMBED_ALL),
-         "/decode": DecodeWire(DECODE)}
+         "/decode": DecodeWire(DECODE), "/embed_multi": multi_vector.WIRE}
 TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
 INFERENCE_API = InferenceApiWire()
 # task -> the TEI route POST / answers it with (as TEI's router does by the model's kind); what
