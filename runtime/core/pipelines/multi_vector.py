@@ -82,6 +82,17 @@ class MultiVectorPipeline(Pipeline):
         self._expand_id = tok.mask_token_id if tok.mask_token_id is not None else tok.pad_token_id
         self.dimension = self.modules[-1].out_features if self.modules else None
 
+    def rank(self, query: str, documents: list[str], top_k: int | None = None,
+             return_documents: bool = False, batch_size: int | None = None) -> list[dict]:
+        """`documents` ranked for `query` by MaxSim, in CrossEncoder.rank's shape (pipelines/
+        text_ranking.py): {"corpus_id", "score", ("text")}, best first (ties in document
+        order), the best `top_k`. The scores are pylate.rank.rerank's."""
+        q = self([query], is_query=True, batch_size=batch_size)[0]
+        scores = maxsim(q, self(list(documents), batch_size=batch_size))
+        order = np.argsort(-scores, kind="stable")[:top_k]
+        return [{"corpus_id": int(i), "score": float(scores[i]),
+                 **({"text": documents[i]} if return_documents else {})} for i in order]
+
     def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
         """Each text's token ids as the graph reads them and how many are attended to
         (ColBERT.tokenize)."""

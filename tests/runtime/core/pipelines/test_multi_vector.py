@@ -52,7 +52,10 @@ def test_maxsim_scores_equal_pylates_rerank(colbert_references, colbert_export):
     documents = pipe(DOCUMENTS)
     for row, query in enumerate(pipe(QUERIES, is_query=True)):
         np.testing.assert_allclose(maxsim(query, documents), ref["scores"][row],
-                                   atol=ATOL * 10, rtol=1e-5)
+                                   atol=ATOL, rtol=0)
+        ranked = pipe.rank(QUERIES[row], DOCUMENTS, top_k=3, return_documents=True)
+        assert [r["corpus_id"] for r in ranked] == list(np.argsort(-ref["scores"][row])[:3])
+        assert [r["text"] for r in ranked] == [DOCUMENTS[r["corpus_id"]] for r in ranked]
 
 
 def test_a_colbert_folder_exports_as_multi_vector_with_its_settings(colbert_references,
