@@ -96,12 +96,15 @@ class RerankWire(Wire):
             documents = _first_tokens(state.pipeline, documents, limit)
         # top_n past the documents gives them all, as Cohere's
         params = {} if top_n is None or top_n >= len(documents) else {"top_k": top_n}
+        if state.pipeline.task == "multi-vector":   # MaxSim ranks all: the best top_n kept here
+            return Call(Parsed({"query": query, "documents": documents}, True, {}),
+                        params.get("top_k"))
         return Call(Parsed({"query": query, "documents": documents}, True, params))
 
     def respond(self, answer, call: Call, work):
         body = {"id": str(uuid.uuid4()),
                 "results": [{"index": r["corpus_id"], "relevance_score": r["score"]}
-                            for r in answer],
+                            for r in answer[:call.context]],
                 "meta": {"api_version": {"version": "2"},
                          "tokens": {"input_tokens": work.tokens}}}
         return Response(json.dumps(body).encode(), 200, media_type="application/json")
@@ -145,7 +148,7 @@ RESPONSE = {"type": "object", "required": ["id", "results"], "properties": {
 ERROR_SCHEMA = {"type": "object", "required": ["message"],
                 "properties": {"id": STRING, "message": STRING}}
 RERANK = Endpoint("POST", "/v2/rerank", "Documents ranked for a query (Cohere's v2 rerank).",
-                  TAG, ("text-ranking",), request_schema,
+                  TAG, ("text-ranking", "multi-vector"), request_schema,
                   lambda state: {"model": state.name, "query": "What is Deep Learning?",
                                  "documents": ["Deep Learning is a kind of machine learning.",
                                                "Paris is in France."], "top_n": 1},

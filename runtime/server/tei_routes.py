@@ -70,7 +70,9 @@ def rerank_request(state) -> dict:
         "query": {**STRING, "description": "What the texts are ranked for."},
         "texts": {"type": "array", "items": STRING, "minItems": 1, "maxItems": limit,
                   "description": f"The texts to rank: at most {limit} (--max-inputs)."},
-        "raw_scores": param_schema(params["raw_scores"], state.pipeline, default=False),
+        "raw_scores": (param_schema(params["raw_scores"], state.pipeline, default=False)
+                       if "raw_scores" in params else {"type": "boolean", "default": False,
+                                                       "description": "No effect: MaxSim."}),
         "return_text": {"type": "boolean", "default": False,
                         "description": "Each result holds its text."},
         "truncate": TRUNCATE, "truncation_direction": DIRECTION}, ["query", "texts"])
@@ -207,8 +209,9 @@ EMBED = Endpoint("POST", "/embed", "Sentence embeddings (TEI's /embed).", TAG,
                  ("feature-extraction",), embed_request, _example({"inputs": EXAMPLE}),
                  lambda state: VECTORS, {**ERRORS, 404: "Not an embedding export."},
                  "TeiError")
-RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encoder (TEI's "
-                  "/rerank).", TAG, ("text-ranking",), rerank_request,
+RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encoder, or by MaxSim "
+                  "on a ColBERT export (TEI's /rerank).", TAG, ("text-ranking", "multi-vector"),
+                  rerank_request,
                   _example({"query": EXAMPLE, "texts": ["Deep Learning is a kind of machine "
                                                         "learning.", "Paris is in France."]}),
                   lambda state: RANKS, {**ERRORS, 404: "Not a text-ranking export."},

@@ -29,7 +29,8 @@ from ..sentence_modules import TOKENS, load_dense
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
 from .base import Pipeline, Work
 from .folder import ExportFolder
-from .inputs import Inputs
+from .inputs import Inputs, RankInput, read_texts
+from .text_ranking import TextRankingPipeline
 from .sentence_folder import _lowercase_first
 
 
@@ -52,6 +53,29 @@ class MultiVectorPipeline(Pipeline):
     task = "multi-vector"
     tensors = TaskTensors(task, (Tensor("text", BYTES, N),), (Tensor("embeddings", BYTES, N),),
                           texts, _to_tensors)
+    input_hint = ('a text or a list of texts, or {"query": "...", "documents": ["...", ...]} '
+                  "(ranked by MaxSim) or a list of such objects")
+
+    # -- inputs: texts to encode, or (as text-ranking's) queries with documents to rank -------
+
+    @classmethod
+    def read_inputs(cls, inputs) -> Inputs:
+        """Texts (their vectors), or text-ranking's {"query", "documents"} objects (the
+        documents ranked for each query by MaxSim: TEI's /rerank and Cohere's on this export)."""
+        if isinstance(inputs, dict) or (isinstance(inputs, (list, tuple)) and inputs
+                                        and all(isinstance(x, dict) for x in inputs)):
+            return TextRankingPipeline.read_inputs(inputs)
+        return read_texts(inputs)
+
+    @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        return isinstance(x, str) or TextRankingPipeline.is_json_input(x, in_list)
+
+    @classmethod
+    def count(cls, inputs: Inputs) -> int:
+        """The texts, or every query's documents (text-ranking's count): what --max-inputs
+        bounds."""
+        return TextRankingPipeline.count(inputs) if _ranking(inputs) else len(inputs)
 
     def __init__(self, folder: ExportFolder, session, **kwargs):
         super().__init__(folder, session, **kwargs)
@@ -87,11 +111,10 @@ class MultiVectorPipeline(Pipeline):
         """`documents` ranked for `query` by MaxSim, in CrossEncoder.rank's shape (pipelines/
         text_ranking.py): {"corpus_id", "score", ("text")}, best first (ties in document
         order), the best `top_k`. The scores are pylate.rank.rerank's."""
-        q = self([query], is_query=True, batch_size=batch_size)[0]
-        scores = maxsim(q, self(list(documents), batch_size=batch_size))
-        order = np.argsort(-scores, kind="stable")[:top_k]
-        return [{"corpus_id": int(i), "score": float(scores[i]),
-                 **({"text": documents[i]} if return_documents else {})} for i in order]
+        ranked = self({"query": query, "documents": list(documents)},
+                      batch_size=batch_size)[:top_k]
+        return [{**r, "text": documents[r["corpus_id"]]} if return_documents else r
+                for r in ranked]
 
     def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
         """Each text's token ids as the graph reads them and how many are attended to
@@ -117,7 +140,11 @@ class MultiVectorPipeline(Pipeline):
         return rows
 
     def estimate(self, inputs: Inputs, **params) -> Work:
-        rows = self.rows(list(inputs.records), bool(params.get("is_query")))
+        if _ranking(inputs):
+            rows = (self.rows([r.query for r in inputs.records], True)
+                    + self.rows([d for r in inputs.records for d in r.documents], False))
+        else:
+            rows = self.rows(list(inputs.records), bool(params.get("is_query")))
         return Work(sum(len(ids) for ids, _ in rows))
 
     def vectors(self, hidden: np.ndarray, normalize: bool) -> np.ndarray:
@@ -129,7 +156,25 @@ class MultiVectorPipeline(Pipeline):
         return l2_normalize(x) if normalize else x
 
     def predict(self, read: Inputs, is_query, normalize, batch_size):
-        rows = self.rows(list(read.records), is_query)
+        if _ranking(read):   # every query in one call, every document in another
+            records = read.records
+            queries = self.embed([r.query for r in records], True, normalize, batch_size)
+            docs = self.embed([d for r in records for d in r.documents], False, normalize,
+                              batch_size)
+            results, start = [], 0
+            for r, q in zip(records, queries):
+                scores = maxsim(q, docs[start:start + len(r.documents)])
+                start += len(r.documents)
+                # CrossEncoder.rank's shape and order: best first, ties in document order
+                results.append([{"corpus_id": int(i), "score": float(scores[i])}
+                                for i in np.argsort(-scores, kind="stable")])
+            return self.unwrap(results, read)
+        return self.unwrap(self.embed(list(read.records), is_query, normalize, batch_size), read)
+
+    def embed(self, texts: list[str], is_query: bool, normalize: bool,
+              batch_size: int | None) -> list[np.ndarray]:
+        """Each text's kept token vectors, (tokens, dim)."""
+        rows = self.rows(texts, is_query)
         size = self.batch_size if batch_size is None else batch_size
         order = np.argsort([len(ids) for ids, _ in rows], kind="stable")
         results: list = [None] * len(rows)
@@ -156,4 +201,9 @@ class MultiVectorPipeline(Pipeline):
                     if not is_query:
                         keep &= ~np.isin(ids[r, :n], self._skip)
                 results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
-        return self.unwrap(results, read)
+        return results
+
+
+def _ranking(read: Inputs) -> bool:
+    """Whether the records are queries with documents to rank (else texts to encode)."""
+    return bool(read.records) and isinstance(read.records[0], RankInput)

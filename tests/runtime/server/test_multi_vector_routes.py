@@ -63,3 +63,33 @@ def test_embed_multi_refusals(url):
 def test_embed_multi_is_not_served_by_other_exports(ours):
     with threaded_server(ours("feature-extraction"), "tiny-embed") as u:
         refusal(post(u, {"inputs": "a"}), 404, "Backend", "multi-vector")
+
+
+QUERY = "who has a cat"
+DOCS = ["the cat sat on the mat", "a dog ran to the river in paris", "music", "the cat"]
+
+
+def test_tei_rerank_on_a_colbert_export_is_maxsim(url, colbert):
+    want = colbert.rank(QUERY, DOCS)                 # best first, MaxSim (pylate's scores)
+    got = httpx.post(url + "/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True},
+                     timeout=30)
+    assert got.status_code == 200
+    ranks = got.json()
+    assert [(r["index"], r["text"]) for r in ranks] == [(w["corpus_id"], DOCS[w["corpus_id"]])
+                                                        for w in want]
+    np.testing.assert_allclose([r["score"] for r in ranks], [w["score"] for w in want],
+                               atol=1e-6)
+
+
+def test_cohere_client_reranks_a_colbert_export(url, colbert):
+    cohere = pytest.importorskip("cohere")
+    client = cohere.ClientV2(api_key="unused", base_url=url, max_retries=0)
+    want = colbert.rank(QUERY, DOCS)
+    got = client.rerank(model="tiny-colbert", query=QUERY, documents=DOCS)
+    assert [r.index for r in got.results] == [w["corpus_id"] for w in want]
+    np.testing.assert_allclose([r.relevance_score for r in got.results],
+                               [w["score"] for w in want], atol=1e-6)
+    top = client.rerank(model="tiny-colbert", query=QUERY, documents=DOCS, top_n=2)
+    assert [r.index for r in top.results] == [w["corpus_id"] for w in want[:2]]
+    assert got.meta.tokens.input_tokens == colbert.work(
+        colbert.read_inputs({"query": QUERY, "documents": DOCS})).tokens
