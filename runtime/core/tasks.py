@@ -203,6 +203,12 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               Flag(negatable=True)),
         Param("normalize", boolean(), True, "Unit-length token vectors (PyLate's default).",
               Flag(negatable=True)),
+        # {"query", "documents"} inputs are ranked by MaxSim (TEI's /rerank, Cohere's and
+        # `bertonnx rerank` on this export): text-ranking's two options, there only
+        Param("top_k", integer(1, MAX_TOP_K, none=True, example=10), None,
+              "Ranking: the best k documents (default: every one).", flag=None, v2=False),
+        Param("return_documents", boolean(), False, 'Ranking: each result holds its document '
+              '("text").', flag=None, v2=False),
     ), per_token=False, agreement="cosine", vector_output=False, example=_text,
         hf_truncation=False),
     # SPLADE: the MLM head's logits pooled inside the graph (build/heads.py SpladeHead), so the

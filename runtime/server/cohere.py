@@ -96,15 +96,12 @@ class RerankWire(Wire):
             documents = _first_tokens(state.pipeline, documents, limit)
         # top_n past the documents gives them all, as Cohere's
         params = {} if top_n is None or top_n >= len(documents) else {"top_k": top_n}
-        if state.pipeline.task == "multi-vector":   # MaxSim ranks all: the best top_n kept here
-            return Call(Parsed({"query": query, "documents": documents}, True, {}),
-                        params.get("top_k"))
         return Call(Parsed({"query": query, "documents": documents}, True, params))
 
     def respond(self, answer, call: Call, work):
         body = {"id": str(uuid.uuid4()),
                 "results": [{"index": r["corpus_id"], "relevance_score": r["score"]}
-                            for r in answer[:call.context]],
+                            for r in answer],
                 "meta": {"api_version": {"version": "2"},
                          "tokens": {"input_tokens": work.tokens}}}
         return Response(json.dumps(body).encode(), 200, media_type="application/json")

@@ -111,10 +111,8 @@ class MultiVectorPipeline(Pipeline):
         """`documents` ranked for `query` by MaxSim, in CrossEncoder.rank's shape (pipelines/
         text_ranking.py): {"corpus_id", "score", ("text")}, best first (ties in document
         order), the best `top_k`. The scores are pylate.rank.rerank's."""
-        ranked = self({"query": query, "documents": list(documents)},
-                      batch_size=batch_size)[:top_k]
-        return [{**r, "text": documents[r["corpus_id"]]} if return_documents else r
-                for r in ranked]
+        return self({"query": query, "documents": list(documents)}, top_k=top_k,
+                    return_documents=return_documents, batch_size=batch_size)
 
     def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
         """Each text's token ids as the graph reads them and how many are attended to
@@ -155,7 +153,7 @@ class MultiVectorPipeline(Pipeline):
         x = features[TOKENS]
         return l2_normalize(x) if normalize else x
 
-    def predict(self, read: Inputs, is_query, normalize, batch_size):
+    def predict(self, read: Inputs, is_query, normalize, top_k, return_documents, batch_size):
         if _ranking(read):   # every query in one call, every document in another
             records = read.records
             queries = self.embed([r.query for r in records], True, normalize, batch_size)
@@ -166,8 +164,9 @@ class MultiVectorPipeline(Pipeline):
                 scores = maxsim(q, docs[start:start + len(r.documents)])
                 start += len(r.documents)
                 # CrossEncoder.rank's shape and order: best first, ties in document order
-                results.append([{"corpus_id": int(i), "score": float(scores[i])}
-                                for i in np.argsort(-scores, kind="stable")])
+                results.append([{"corpus_id": int(i), "score": float(scores[i]),
+                                 **({"text": r.documents[i]} if return_documents else {})}
+                                for i in np.argsort(-scores, kind="stable")[:top_k]])
             return self.unwrap(results, read)
         return self.unwrap(self.embed(list(read.records), is_query, normalize, batch_size), read)
 
