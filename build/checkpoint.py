@@ -284,6 +284,8 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
             + (f" (+{len(body) - 8} more)" if len(body) > 8 else ""),
             "the checkpoint is incomplete; re-download or re-save it")
     model.load_state_dict(ours, strict=False)
+    if not getattr(model.head, "reads_pooler", True):   # drawn, but feeding no output
+        missing = [k for k in missing if not k.startswith("encoder.pooler.")]
     trained_for = task_of_architectures(read_json_object(folder / "config.json", "restore the "
                                                          "file").get("architectures"))
     other_task = ()
