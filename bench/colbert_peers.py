@@ -1,4 +1,4 @@
-"""ColBERT (multi-vector) throughput: bertonnx against PyLate itself, the same documents and threads.
+"""ColBERT (multi-vector) throughput: bertonnx against PyLate, the same documents and threads.
 
     python -m bertonnx.bench.colbert_peers [--threads 2] [--documents 512] [--out DIR]
 
@@ -27,6 +27,7 @@ REFERENCES = Path("~/.cache/bertonnx-tests/references/bin/python").expanduser()
 
 def _reference(out: Path, threads: int, n: int) -> None:
     """In the references' environment: the PyLate folder, PyLate's timing and vectors."""
+    # pylate and its sentence-transformers exist only in the references' environment
     import torch
     from pylate import models
     from sentence_transformers.models import Transformer
