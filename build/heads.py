@@ -211,6 +211,10 @@ class SpanHead(nn.Module):
 class IdentityHead(nn.Module):
     """Feature extraction: last_hidden_state (B, T, H)."""
 
+    # the pooler's output is never read here (the graph answers the token vectors), so a
+    # checkpoint without pooler weights (BGE-M3's XLM-R) lacks nothing this task runs
+    reads_pooler = False
+
     def __init__(self, c: BertConfig, enc: Encoder):
         super().__init__()
 

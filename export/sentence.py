@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from bertonnx.runtime.core.colbert import is_colbert_folder, read_colbert
 from bertonnx.runtime.core.cross_encoder import read_cross_encoder
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.sentence_modules import Dense, load_dense, read_safetensors
@@ -36,6 +37,8 @@ def carry(source: Path | None, task: str, out: Path) -> dict:
     """The manifest's record of `source`'s settings (a SentenceTransformer's Dense weights
     written into `out`); empty unless `source` is a folder of the sentence-transformers class
     `task` exports."""
+    if task == "multi-vector":
+        return _carry_colbert(source, out)
     if source is None or task not in _MADE_FOR or not _MADE_FOR[task](source):
         return {}
     stack = read_folder(source, task)
@@ -57,6 +60,18 @@ def carry(source: Path | None, task: str, out: Path) -> dict:
             m = _write_dense(m, source, out)
         mods.append(m)
     return replace(stack, modules=tuple(mods)).to_json()
+
+
+def _carry_colbert(source: Path | None, out: Path) -> dict:
+    """A PyLate ColBERT folder's settings and its Dense weights (the runtime needs both)."""
+    if source is None or not is_colbert_folder(source):
+        raise ConfigError(f"{source or 'the model'} is not a PyLate ColBERT folder "
+                          "(config_sentence_transformers.json with model_type ColBERT)",
+                          "export a folder PyLate saved (models.ColBERT(...).save(DIR)) with "
+                          "--task multi-vector")
+    settings = read_colbert(source)
+    mods = tuple(_write_dense(m, source, out) for m in settings.modules)
+    return replace(settings, modules=mods).to_json()
 
 
 def _write_dense(m: Dense, source: Path, out: Path) -> Dense:

@@ -190,6 +190,8 @@ SPECS: dict[str, tuple[str, dict]] = {
     "wide-fill-mask": ("fill-mask", dict(vocab=4000, hidden_size=128, intermediate_size=256)),
     # a BertForMaskedLM exported with --task sparse-embedding (SPLADE max pooling)
     "sparse-embedding": ("sparse-embedding", {}),
+    # a ColBERT folder as PyLate saves one (write_colbert_files), its prefixes [unused0/1]
+    "multi-vector": ("multi-vector", dict(vocab=len(VOCAB) + 2)),
     # sequence classifiers for reranking (one label) and zero-shot (an NLI model); the wider
     # initialisation spreads their scores, so a ranking or a label order means something
     "text-ranking": ("text-ranking", dict(labels={0: "score"}, initializer_range=0.5)),
@@ -249,6 +251,10 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
         transformers.AutoConfig.for_model(model_type, **{**defaults, **config})).eval()
     perturb_(model, seed)
     model.save_pretrained(folder)
+    if task == "multi-vector":
+        from tests.colbert_folder import write_colbert_files  # numpy, safetensors: as above
+
+        write_colbert_files(folder, model.config.hidden_size, seed)
     if fast is not None:
         fast.save_pretrained(folder)
     elif tokenizer:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from ..core.atomic import install, write_file
 from ..core.errors import InputError
+# numpy results (multi-vector's token vectors) are written as the lists they hold
+from ..core.tensors import jsonable
 from .readers import pyarrow_parquet
 from .rows import SKIPPED
 
@@ -135,7 +137,8 @@ class JsonlSink(Sink):
         self.file.seek(committed)
 
     def encode(self, rows: list[dict]) -> bytes:
-        return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n"
+        return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":"),
+                                  default=jsonable) + "\n"
                        for r in rows).encode("utf-8")
 
     def store(self, data: bytes) -> None:
@@ -195,7 +198,8 @@ class ParquetSink(Sink):
         results = [r.get("result") for r in rows]
         if not self.vector:
             results = [None if "error" in r else
-                       json.dumps(x, ensure_ascii=False, separators=(",", ":"))
+                       json.dumps(x, ensure_ascii=False, separators=(",", ":"),
+                                  default=jsonable)
                        for r, x in zip(rows, results)]
         table = pa.table({"id": ids, "result": results,
                           "error": [r.get("error") for r in rows]}, schema=self._schema())

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
-from ..core.errors import InputError
+from ..core.errors import InputError, TaskMismatchError
 from ..core.io import read_input_file, texts_of
 from ..core.tasks import SAME, TASKS, Param, Task
 from ..triton.repository import BACKENDS as TRITON_BACKENDS
@@ -207,8 +207,10 @@ def task_command(record: Task) -> click.Command:
         items, single = gather(values)
         given = given_options(click.get_current_context(), values)
         kwargs = pipeline_kwargs(record.name, values, given)
-        pipe = load(folder, task=record.name, providers=providers, threads=threads,
-                    batch_size=batch_size)
+        pipe = _load(load, folder, record.name, providers=providers, threads=threads,
+                     batch_size=batch_size)
+        if pipe.task != record.name:   # rerank on a ColBERT export: its options that apply
+            _check_options(pipe.task, kwargs)
         read = pipe.read_inputs(items[0] if single else items)
         if as_json:
             return echo_json(pipe(read, **kwargs))
@@ -218,6 +220,32 @@ def task_command(record: Task) -> click.Command:
     return click.Command(record.command, callback=run, short_help=record.summary,
                          help=f"{record.summary} ({record.name} export in DIR)",
                          params=[*shared, *inputs, *map(option, cli_parameters(record.name))])
+
+
+# command's task -> the other task whose exports it runs: `rerank` ranks by MaxSim with a
+# ColBERT (multi-vector) export, which reads {query, documents} inputs as text-ranking does
+ALSO_SERVES = {"text-ranking": "multi-vector"}
+
+
+def _load(load, folder, task: str, **options):
+    """The export's pipeline for `task`'s command (or ALSO_SERVES' task); the mismatch error
+    names the right command otherwise."""
+    try:
+        return load(folder, task=task, **options)
+    except TaskMismatchError:
+        if task not in ALSO_SERVES:
+            raise
+        pipe = load(folder, **options)
+        if pipe.task != ALSO_SERVES[task]:
+            raise
+        return pipe
+
+
+def _check_options(task: str, kwargs: dict) -> None:
+    stray = sorted(set(kwargs) - set(TASKS[task].parameters))
+    if stray:
+        raise InputError(f"--{stray[0].replace('_', '-')} does not apply to a {task} export "
+                         "(ranked by MaxSim)", "leave it out")
 
 
 # task -> its command; `bertonnx run` (runtime/bulk) finds each option's flag, type and default

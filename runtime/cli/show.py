@@ -11,10 +11,12 @@ import json
 import click
 import numpy as np
 
+from ..core.tensors import jsonable
+
 
 def echo_json(obj) -> None:
     """The library's own result, as JSON."""
-    click.echo(json.dumps(obj, ensure_ascii=False, indent=2))
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, default=jsonable))
 
 
 def table(rows: list[list], headers: list[str]) -> None:
@@ -132,10 +134,21 @@ def _sparse(pipe, read, params, shown: int = 10) -> None:
         click.echo("")
 
 
+def _multi(pipe, read, params) -> None:
+    """Each text's token vectors: how many PyLate keeps, and the first values of the first."""
+    out = pipe.per_input(pipe(read, **params), read)
+    kind = "query" if pipe.complete(params)["is_query"] else "document"
+    table([[f"[{i}] {short(t, 40)}", len(v), v.shape[1],
+            " ".join(f"{x:+.3f}" for x in v[0][:4])]
+           for i, (t, v) in enumerate(zip(read.records, out))],
+          [f"{kind} text", "tokens", "dims", "first token"])
+
+
 SHOWN = {"fill-mask": _fill_mask, "text-classification": _classify,
          "question-answering": _qa, "token-classification": _tokens,
          "feature-extraction": _embed, "text-ranking": _rerank,
-         "zero-shot-classification": _zero_shot, "sparse-embedding": _sparse}
+         "zero-shot-classification": _zero_shot, "sparse-embedding": _sparse,
+         "multi-vector": _multi}
 
 
 def show(task: str, pipe, read, params: dict) -> None:

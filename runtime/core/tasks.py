@@ -203,6 +203,27 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               flag=None, request=False, v2=False),
     ), per_token=False, agreement="cosine", vector_output=True, example=_text,
         hf_truncation=False),
+    # ColBERT (a PyLate folder): the encoder's token vectors, as feature-extraction's graph
+    # answers them; prefixes, query expansion, Dense, normalization and the skiplist run in
+    # pipelines/multi_vector.py (after feature-extraction: a plain Model checkpoint's task)
+    Task("multi-vector", (), "identity", "Model", (("last_hidden_state", _BS),),
+         (2, "hidden_size"), "embed-multi", "Token vectors of texts (ColBERT, late interaction).",
+         "multi_vector:MultiVectorPipeline", ("text",), (
+        # PyLate's encode(is_query=True) by default; documents here (a document encoded as a
+        # query would be cut to the query length)
+        Param("is_query", boolean(), False,
+              "Encode queries (prefix, [MASK] expansion to the query length), not documents.",
+              Flag(negatable=True)),
+        Param("normalize", boolean(), True, "Unit-length token vectors (PyLate's default).",
+              Flag(negatable=True)),
+        # {"query", "documents"} inputs are ranked by MaxSim (TEI's /rerank, Cohere's and
+        # `bertonnx rerank` on this export): text-ranking's two options, there only
+        Param("top_k", integer(1, MAX_TOP_K, none=True, example=10), None,
+              "Ranking: the best k documents (default: every one).", flag=None, v2=False),
+        Param("return_documents", boolean(), False, 'Ranking: each result holds its document '
+              '("text").', flag=None, v2=False),
+    ), per_token=False, agreement="cosine", vector_output=False, example=_text,
+        hf_truncation=False),
     # SPLADE: the MLM head's logits pooled inside the graph (build/heads.py SpladeHead), so the
     # graph answers (B, V) and never hands out the (B, T, V) logits; pipelines/sparse_embedding
     Task("sparse-embedding", (), "splade", "ForMaskedLM", (("sparse_embedding", _B),),

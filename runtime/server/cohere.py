@@ -270,7 +270,7 @@ RESPONSE = {"type": "object", "required": ["id", "results"], "properties": {
 ERROR_SCHEMA = {"type": "object", "required": ["message"],
                 "properties": {"id": STRING, "message": STRING}}
 RERANK = Endpoint("POST", "/v2/rerank", "Documents ranked for a query (Cohere's v2 rerank).",
-                  TAG, ("text-ranking",), request_schema,
+                  TAG, ("text-ranking", "multi-vector"), request_schema,
                   lambda state: {"model": state.name, "query": "What is Deep Learning?",
                                  "documents": ["Deep Learning is a kind of machine learning.",
                                                "Paris is in France."], "top_n": 1},

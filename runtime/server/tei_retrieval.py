@@ -9,7 +9,8 @@
                                            -> [[{"index", "value"}]], by index
 
 A rerank's scores are the cross-encoder's (pipelines/text_ranking.py): its activation, sigmoid
-for one label (as TEI's), the logits with `raw_scores`; equal scores come out as TEI orders them
+for one label (as TEI's), the logits with `raw_scores`; on a multi-vector (ColBERT) export, the
+MaxSim of the query's and each text's token vectors (PyLate's colbert_scores); equal scores come out as TEI orders them
 (the higher index first). Each of `texts` counts against --max-inputs (TEI's
 max_client_batch_size bounds them the same way). A sparse vector is each text's non-zero SPLADE
 weights (pipelines/sparse_embedding.py), listed by vocabulary index as TEI lists them.
@@ -24,6 +25,9 @@ from .protocol import Parsed
 from .tei import (TeiWire, invalid, prompt_text, read_bool, read_object, read_prompt,
                   read_texts, read_truncation, refuse_long, respond_json)
 from .wire import Call
+
+# the task whose exports /rerank also serves, by MaxSim over token vectors (ColBERT)
+MULTI_VECTOR = "multi-vector"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class RerankWire(TeiWire):
         texts = read_texts(data["texts"], "texts", state.options.limits.max_inputs)
         truncate, direction = read_truncation(data)
         params = {"raw_scores": read_bool(data, "raw_scores", False), **direction}
+        if state.pipeline.task == MULTI_VECTOR:
+            # MaxSim (pipelines/multi_vector.py): no activation to leave out, and texts cut
+            # where PyLate cuts them (the query and document lengths), truncate or not
+            params, truncate = {}, True
         ctx = _Rerank(query, texts, truncate, read_bool(data, "return_text", False))
         return Call(Parsed({"query": query, "documents": texts}, True, params), ctx)
 

@@ -18,6 +18,7 @@ from .tei import MODEL_TYPES, TAG, EmbedWire, TokenizeWire, error, info
 from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire,
                           InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
+from . import multi_vector
 from .wire import PREDICT
 
 STRING = {"type": "string"}
@@ -69,7 +70,9 @@ def rerank_request(state) -> dict:
         "query": {**STRING, "description": "What the texts are ranked for."},
         "texts": {"type": "array", "items": STRING, "minItems": 1, "maxItems": limit,
                   "description": f"The texts to rank: at most {limit} (--max-inputs)."},
-        "raw_scores": param_schema(params["raw_scores"], state.pipeline, default=False),
+        "raw_scores": (param_schema(params["raw_scores"], state.pipeline, default=False)
+                       if "raw_scores" in params else {"type": "boolean", "default": False,
+                                                       "description": "No effect: MaxSim."}),
         "return_text": {"type": "boolean", "default": False,
                         "description": "Each result holds its text."},
         "truncate": TRUNCATE, "truncation_direction": DIRECTION}, ["query", "texts"])
@@ -206,8 +209,9 @@ EMBED = Endpoint("POST", "/embed", "Sentence embeddings (TEI's /embed).", TAG,
                  ("feature-extraction",), embed_request, _example({"inputs": EXAMPLE}),
                  lambda state: VECTORS, {**ERRORS, 404: "Not an embedding export."},
                  "TeiError")
-RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encoder (TEI's "
-                  "/rerank).", TAG, ("text-ranking",), rerank_request,
+RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encoder, or by MaxSim "
+                  "on a ColBERT export (TEI's /rerank).", TAG, ("text-ranking", "multi-vector"),
+                  rerank_request,
                   _example({"query": EXAMPLE, "texts": ["Deep Learning is a kind of machine "
                                                         "learning.", "Paris is in France."]}),
                   lambda state: RANKS, {**ERRORS, 404: "Not a text-ranking export."},
@@ -284,7 +288,7 @@ BASE = _base("/", "The export's TEI route, by its kind (TEI's base URL): /embed,
                   "a body with \"parameters\" or another task: /predict's answer.")
 INVOCATIONS = _base("/invocations", "As POST / (SageMaker's route).")
 ENDPOINTS = (EMBED, RERANK, EMBED_SPARSE, TOKENIZE, INFO_ENDPOINT, SIMILARITY, EMBED_ALL, DECODE,
-             BASE, INVOCATIONS)
+             BASE, INVOCATIONS, multi_vector.EMBED_MULTI)
 ERROR_SCHEMA = _object({"error": STRING, "error_type": {
     "type": "string", "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer",
                                "Empty"]}}, ["error", "error_type"])
@@ -292,7 +296,7 @@ ERROR_SCHEMA = _object({"error": STRING, "error_type": {
 WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
          "/embed_sparse": EmbedSparseWire(EMBED_SPARSE), "/tokenize": TokenizeWire(TOKENIZE),
          "/similarity": SimilarityWire(SIMILARITY), "/embed_all": EmbedAllWire(EMBED_ALL),
-         "/decode": DecodeWire(DECODE)}
+         "/decode": DecodeWire(DECODE), "/embed_multi": multi_vector.WIRE}
 TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
 INFERENCE_API = InferenceApiWire()
 # task -> the TEI route POST / answers it with (as TEI's router does by the model's kind); what

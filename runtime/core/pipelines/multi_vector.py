@@ -1,0 +1,221 @@
+"""multi-vector: ColBERT token vectors on onnxruntime, as PyLate's `ColBERT.encode` makes them.
+
+    pipe = load("out/colbert")
+    pipe(["what is paris?"], is_query=True)      # [array (query_length, dim)]
+    pipe(["Paris is the capital of France."])    # [array (kept tokens, dim)]: documents
+
+The graph answers the encoder's token vectors (B, T, H), as feature-extraction's does; the
+folder's settings (runtime/core/colbert.py, recorded at export) run here: the query or
+document prefix after [CLS], truncation to query_length / document_length tokens, a query
+expanded with [MASK] to its full length (attended to only with attend_to_expansion_tokens), the
+Dense projection(s), each token vector normalized, then the tokens PyLate keeps (a query's all;
+a document's unpadded ones whose id is not in the skiplist). `normalize=False` leaves the
+vectors as projected (PyLate's normalize_embeddings). PyLate's is_query defaults to True; here a
+call encodes documents unless it says is_query=True (a document encoded as a query would be cut
+to the query length). Scoring query against document vectors is `maxsim` (PyLate's
+colbert_scores).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..colbert import ColbertSettings
+from ..contract import MANIFEST_NAME
+from ..batches import micro_batches
+from ..errors import ArtifactError
+from ..postprocess import l2_normalize
+from ..sentence_modules import ACTIVATIONS, load_dense
+from ..tensors import BYTES, N, TaskTensors, Tensor, texts
+from .base import Pipeline, Work
+from .folder import ExportFolder
+from .inputs import Inputs, RankInput, read_texts
+from .text_ranking import TextRankingPipeline
+from .sentence_folder import _lowercase_first
+
+
+def _to_tensors(results: list) -> dict[str, np.ndarray]:
+    """/v2: each text's (tokens, dim) vectors as one JSON string (their number varies)."""
+    return {"embeddings": np.array([json.dumps(np.asarray(r).tolist()) for r in results],
+                                   np.object_)}
+
+
+def maxsim(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
+    """Late-interaction scores (PyLate's colbert_scores): for each document, the sum over the
+    query's tokens of the best dot product with any of the document's tokens."""
+    return np.array([float((query @ d.T).max(axis=1).sum()) if len(d) else 0.0
+                     for d in documents], dtype=np.float32)
+
+
+class MultiVectorPipeline(Pipeline):
+    """`settings`: the ColBERT folder's (prefixes, lengths, expansion, skiplist, Dense)."""
+
+    task = "multi-vector"
+    tensors = TaskTensors(task, (Tensor("text", BYTES, N),), (Tensor("embeddings", BYTES, N),),
+                          texts, _to_tensors)
+    input_hint = ('a text or a list of texts, or {"query": "...", "documents": ["...", ...]} '
+                  "(ranked by MaxSim) or a list of such objects")
+
+    # -- inputs: texts to encode, or (as text-ranking's) queries with documents to rank -------
+
+    @classmethod
+    def read_inputs(cls, inputs) -> Inputs:
+        """Texts (their vectors), or text-ranking's {"query", "documents"} objects (the
+        documents ranked for each query by MaxSim: TEI's /rerank and Cohere's on this export)."""
+        if isinstance(inputs, dict) or (isinstance(inputs, (list, tuple)) and inputs
+                                        and all(isinstance(x, dict) for x in inputs)):
+            return TextRankingPipeline.read_inputs(inputs)
+        return read_texts(inputs)
+
+    @classmethod
+    def is_json_input(cls, x, in_list: bool = False) -> bool:
+        return isinstance(x, str) or TextRankingPipeline.is_json_input(x, in_list)
+
+    @classmethod
+    def count(cls, inputs: Inputs) -> int:
+        """The texts, or every query's documents (text-ranking's count): what --max-inputs
+        bounds."""
+        return TextRankingPipeline.count(inputs) if _ranking(inputs) else len(inputs)
+
+    def __init__(self, folder: ExportFolder, session, **kwargs):
+        super().__init__(folder, session, **kwargs)
+        where = folder.path / MANIFEST_NAME
+        record = folder.manifest.sentence_transformers if folder.foreign is None else {}
+        if not record:
+            raise ArtifactError(f"{where} records no ColBERT settings",
+                                "export a PyLate ColBERT folder with --task multi-vector")
+        settings = ColbertSettings.from_json(record, where)
+        for m in settings.modules:
+            if m.weights not in folder.manifest.files:
+                raise ArtifactError(f"{where} does not list {m.weights}, which the runtime "
+                                    "reads", "export the model again")
+        self.settings = settings
+        self.modules = tuple(load_dense(m, folder.path) for m in settings.modules)
+        if settings.do_lower_case:
+            _lowercase_first(self.tokenizer.backend)
+        tok = self.tokenizer
+        # PyLate's convert_tokens_to_ids: a token the vocabulary lacks is [UNK]
+        self._prefix = {q: (tok.token_to_id(p) if tok.token_to_id(p) is not None
+                            else tok.unk_token_id) if p else None
+                        for q, p in ((True, settings.query_prefix),
+                                     (False, settings.document_prefix))}
+        self._skip = np.array(sorted({tok.token_to_id(w) if tok.token_to_id(w) is not None
+                                      else tok.unk_token_id for w in settings.skiplist_words}
+                                     - {None}), dtype=np.int64)
+        # PyLate makes [MASK] the pad token: a query is expanded with it
+        self._expand_id = tok.mask_token_id if tok.mask_token_id is not None else tok.pad_token_id
+        self.dimension = self.modules[-1].out_features if self.modules else None
+
+    def rank(self, query: str, documents: list[str], top_k: int | None = None,
+             return_documents: bool = False, batch_size: int | None = None) -> list[dict]:
+        """`documents` ranked for `query` by MaxSim, in CrossEncoder.rank's shape (pipelines/
+        text_ranking.py): {"corpus_id", "score", ("text")}, best first (ties in document
+        order), the best `top_k`. The scores are pylate.rank.rerank's."""
+        return self({"query": query, "documents": list(documents)}, top_k=top_k,
+                    return_documents=return_documents, batch_size=batch_size)
+
+    def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
+        """Each text's token ids as the graph reads them and how many are attended to
+        (ColBERT.tokenize)."""
+        s = self.settings
+        length = s.query_length if is_query else s.document_length
+        prefix = self._prefix[is_query]
+        cut = min(length - 1 if prefix is not None else length, self.max_length)
+        encs = self.backend(cut).encode_batch(texts)
+        expand = is_query and s.do_query_expansion
+        rows = []
+        for e in encs:
+            ids = list(e.ids)
+            if expand:
+                ids += [self._expand_id] * (cut - len(ids))
+            attended = len(e.ids)
+            if prefix is not None:
+                ids.insert(1, prefix)
+                attended += 1
+            if expand and s.attend_to_expansion_tokens:
+                attended = len(ids)
+            rows.append((ids, attended))
+        return rows
+
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        if _ranking(inputs):
+            rows = (self.rows([r.query for r in inputs.records], True)
+                    + self.rows([d for r in inputs.records for d in r.documents], False))
+        else:
+            rows = self.rows(list(inputs.records), bool(params.get("is_query")))
+        return Work(sum(len(ids) for ids, _ in rows))
+
+    def vectors(self, hidden: np.ndarray, normalize: bool) -> np.ndarray:
+        """(B, T, H) token vectors -> (B, T, D): the Dense modules, then unit length."""
+        B, T, _ = hidden.shape
+        x = hidden.reshape(B * T, -1)
+        for m in self.modules:
+            # one 2-D product (a 3-D one costs numpy 5x more here); the activation as
+            # sentence_modules.Dense computes it, in float64, unless it is the identity
+            x = x @ m.weight.T
+            if m.linear_bias is not None:
+                x += m.linear_bias
+            if m.activation_function != "Identity":
+                x = ACTIVATIONS[m.activation_function](x.astype(np.float64)).astype(np.float32)
+        x = x.reshape(B, T, -1)
+        return l2_normalize(x) if normalize else x
+
+    def predict(self, read: Inputs, is_query, normalize, top_k, return_documents, batch_size):
+        if _ranking(read):   # every query in one call, every document in another
+            records = read.records
+            queries = self.embed([r.query for r in records], True, normalize, batch_size)
+            docs = self.embed([d for r in records for d in r.documents], False, normalize,
+                              batch_size)
+            results, start = [], 0
+            for r, q in zip(records, queries):
+                scores = maxsim(q, docs[start:start + len(r.documents)])
+                start += len(r.documents)
+                # CrossEncoder.rank's shape and order: best first, ties in document order
+                results.append([{"corpus_id": int(i), "score": float(scores[i]),
+                                 **({"text": r.documents[i]} if return_documents else {})}
+                                for i in np.argsort(-scores, kind="stable")[:top_k]])
+            return self.unwrap(results, read)
+        return self.unwrap(self.embed(list(read.records), is_query, normalize, batch_size), read)
+
+    def embed(self, texts: list[str], is_query: bool, normalize: bool,
+              batch_size: int | None) -> list[np.ndarray]:
+        """Each text's kept token vectors, (tokens, dim)."""
+        rows = self.rows(texts, is_query)
+        size = self.batch_size if batch_size is None else batch_size
+        tokens = self.batch_tokens or self.session.config.batch_tokens
+        results: list = [None] * len(rows)
+        keep_all = is_query and self.settings.do_query_expansion
+        # the pipelines' one batch builder: length-sorted, capped at the engine's tokens per call
+        for batch in micro_batches([_Row(ids) for ids, _ in rows], size,
+                                   self.tokenizer.pad_token_id, tokens, self.batch_rows):
+            mask = batch.attention_mask
+            for r, i in enumerate(batch.index):   # [MASK] expansion: attended or not
+                mask[r, rows[i][1]:] = 0
+            feeds = {"input_ids": batch.input_ids, "attention_mask": mask,
+                     "token_type_ids": np.zeros_like(batch.input_ids)}
+            out = self.vectors(self.session.run(feeds, self.outputs)["last_hidden_state"],
+                               normalize)                                      # (B, T, D)
+            for r, (i, n) in enumerate(zip(batch.index, batch.lengths)):
+                if keep_all:     # every query token, the expansion's included
+                    keep = np.ones(n, bool)
+                else:
+                    keep = mask[r, :n].astype(bool)
+                    if not is_query:
+                        keep &= ~np.isin(batch.input_ids[r, :n], self._skip)
+                results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
+        return results
+
+
+class _Row:
+    """A row of token ids as the batch builder reads an encoding (one segment)."""
+
+    __slots__ = ("ids", "type_ids")
+
+    def __init__(self, ids: list[int]):
+        self.ids, self.type_ids = ids, [0] * len(ids)
+
+
+def _ranking(read: Inputs) -> bool:
+    """Whether the records are queries with documents to rank (else texts to encode)."""
+    return bool(read.records) and isinstance(read.records[0], RankInput)

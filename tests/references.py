@@ -1,0 +1,70 @@
+"""The multi-vector references (PyPI `pylate`, `FlagEmbedding`) in a small environment of their
+own, for the multi-vector tests.
+
+pylate 1.6 pins sentence-transformers 5.3 (its ColBERT reads and saves through 5.3's internals:
+under the suite's 5.7 it cannot load a folder), and a resolver would also swap the suite's torch
+and transformers (its fast-plaid pins a CUDA torch). So the references get a venv of their own,
+$BERTONNX_TEST_CACHE (default ~/.cache/bertonnx-tests)/references, holding only what differs —
+sentence-transformers 5.3, pylate, FlagEmbedding and the few pure-Python packages their import
+paths need, all --no-deps — and reading everything else (torch, transformers, bertonnx, tests)
+from the suite's own environment (a .pth line that adds its site-packages after its own). Made
+once in setup, in seconds on a warm pip cache:
+
+    python -m tests.references
+
+The tests run the references there in a subprocess (tests/colbert_reference.py) that builds
+tiny random folders with them and writes their outputs; `reference_python()` finds the
+interpreter, or None (the tests then skip, saying why).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+# Exact versions: the references' behaviour is what the tests compare against
+PACKAGES = ("sentence-transformers==5.3.0", "pylate==1.6.0", "FlagEmbedding==1.4.2",
+            # their import paths: datasets (pylate.utils, FlagEmbedding.abc), peft (FlagEmbedding)
+            "datasets==4.4.2", "peft==0.21.2", "ujson", "dill", "multiprocess", "xxhash")
+# each reference's import, checked once made
+IMPORTS = "import pylate.models, pylate.rank; from FlagEmbedding import BGEM3FlagModel"
+
+
+def root() -> Path:
+    return Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
+                ).expanduser() / "references"
+
+
+def reference_python() -> Path | None:
+    """The references' interpreter, when made (its stamp written last)."""
+    python = root() / "bin" / "python"
+    return python if python.is_file() and (root() / ".made").is_file() else None
+
+
+def prepare() -> Path:
+    """The references' venv, made when missing (idempotent); returns its interpreter."""
+    if (done := reference_python()) is not None:
+        return done
+    venv = root()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)],
+                   check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    # the suite's site-packages after the references' own (addsitedir also reads its .pth
+    # files: bertonnx's editable install)
+    ours = sysconfig.get_paths()["purelib"]
+    Path(purelib, "zz-bertonnx-suite.pth").write_text(
+        f"import site; site.addsitedir({ours!r})\n", encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                    "--quiet", "--no-deps", *PACKAGES], check=True)
+    subprocess.run([str(python), "-c", IMPORTS], check=True)
+    (venv / ".made").touch()
+    return python
+
+
+if __name__ == "__main__":
+    print(prepare())

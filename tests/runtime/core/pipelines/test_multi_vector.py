@@ -1,0 +1,85 @@
+"""multi-vector (ColBERT) against PyLate itself: tiny random ColBERT folders saved by pylate 1.6
+(tests/colbert_reference.py, in the references' environment), exported, and encoded here — the
+same number of token vectors per text as `ColBERT.encode(is_query=...)` and each within 1e-4,
+for queries (prefix, [MASK] expansion, attended or not, cut at the query length) and documents
+(prefix or none, skiplist and [UNK] dropped, cut at the document length), in batches whose rows
+are padded; MaxSim scores as `pylate.rank.rerank`'s."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bertonnx.runtime import load
+from bertonnx.runtime.cli import main
+from bertonnx.runtime.core.errors import ConfigError
+from bertonnx.runtime.core.pipelines.multi_vector import maxsim
+
+from tests.colbert_reference import CASES, DOCUMENTS, QUERIES
+from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
+    colbert_export, colbert_references, reference_outputs)
+
+ATOL = 1e-4
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_token_vectors_equal_pylates(case, colbert_references, colbert_export):
+    ref = reference_outputs(colbert_references, case)
+    pipe = load(colbert_export(case))
+    # several batch sizes: rows padded against others of other lengths, and alone
+    for batch_size in (1, 3):
+        for kind, texts, got in (("q", QUERIES, pipe(QUERIES, is_query=True,
+                                                      batch_size=batch_size)),
+                                 ("d", DOCUMENTS, pipe(DOCUMENTS, batch_size=batch_size))):
+            assert len(got) == len(texts)
+            for i, vectors in enumerate(got):
+                want = ref[f"{kind}{i}"]
+                assert vectors.shape == want.shape, (case, kind, i)
+                np.testing.assert_allclose(vectors, want, atol=ATOL, rtol=0)
+    # one text in, one array out; unit vectors unless normalize=False
+    one = pipe(DOCUMENTS[1])
+    assert isinstance(one, np.ndarray) and one.shape == ref["d1"].shape
+    raw = pipe(DOCUMENTS[1], normalize=False)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), one,
+                               atol=ATOL, rtol=0)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-3)
+
+
+def test_maxsim_scores_equal_pylates_rerank(colbert_references, colbert_export):
+    ref = reference_outputs(colbert_references, "plain")
+    pipe = load(colbert_export("plain"))
+    documents = pipe(DOCUMENTS)
+    for row, query in enumerate(pipe(QUERIES, is_query=True)):
+        np.testing.assert_allclose(maxsim(query, documents), ref["scores"][row],
+                                   atol=ATOL, rtol=0)
+        ranked = pipe.rank(QUERIES[row], DOCUMENTS, top_k=3, return_documents=True)
+        assert [r["corpus_id"] for r in ranked] == list(np.argsort(-ref["scores"][row])[:3])
+        assert [r["text"] for r in ranked] == [DOCUMENTS[r["corpus_id"]] for r in ranked]
+
+
+def test_a_colbert_folder_exports_as_multi_vector_with_its_settings(colbert_references,
+                                                                     tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["export", str(colbert_references / "attend"), "--out", str(out),
+                 "--json"]) == 0   # no --task: the folder says ColBERT
+    cap = capsys.readouterr()
+    manifest = json.loads(cap.out)
+    assert manifest["task"] == "multi-vector" and "a ColBERT" in cap.err
+    assert manifest["parity"]["passed"]
+    record = manifest["sentence_transformers"]["colbert"]
+    assert (record["query_length"], record["document_length"]) == (10, 16)
+    assert record["attend_to_expansion_tokens"] and record["document_prefix"] == ""
+    assert [(m["in_features"], m["out_features"], m["bias"]) for m in record["modules"]] == [
+        (32, 24, True), (24, 8, True)]
+    # the Dense weights travel as safetensors the manifest vouches for
+    assert all(m["weights"] in manifest["files"] for m in record["modules"])
+
+
+def test_a_folder_that_is_not_colbert_is_refused_in_one_line(tiny_checkpoint, tmp_path):
+    from bertonnx.export import ExportOptions, export_model  # torch: lazy
+
+    with pytest.raises(ConfigError, match="not a PyLate ColBERT folder"):
+        export_model(tiny_checkpoint("feature-extraction"), "multi-vector", tmp_path / "x",
+                     ExportOptions(parity=False))
+    assert not (tmp_path / "x").exists()

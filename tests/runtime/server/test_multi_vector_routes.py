@@ -1,0 +1,95 @@
+"""POST /embed_multi on a real server (uvicorn in a thread, the tiny ColBERT export): the
+library's token vectors for queries and documents, as nested floats or base64 float32, and its
+refusals in one line naming the field."""
+from __future__ import annotations
+
+import base64
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.runtime._threaded_server import threaded_server
+from tests.runtime.server.test_tei import refusal
+
+TEXTS = ["the cat sat on the mat , by the river", "paris"]
+
+
+@pytest.fixture(scope="module")
+def colbert(ours):
+    return ours("multi-vector")
+
+
+@pytest.fixture(scope="module")
+def url(colbert):
+    with threaded_server(colbert, "tiny-colbert") as u:
+        yield u
+
+
+def post(url, body) -> httpx.Response:
+    return httpx.post(url + "/embed_multi", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("is_query", [False, True])
+def test_embed_multi_is_the_library_s_token_vectors(url, colbert, is_query):
+    want = colbert(TEXTS, is_query=is_query)
+    got = post(url, {"inputs": TEXTS, "is_query": is_query})
+    assert got.status_code == 200
+    vectors = got.json()
+    assert [np.asarray(v).shape for v in vectors] == [w.shape for w in want]
+    for v, w in zip(vectors, want):
+        np.testing.assert_allclose(v, w, atol=1e-6, rtol=0)
+    # base64: each text's little-endian float32 vectors, row after row (exact bytes)
+    packed = post(url, {"inputs": TEXTS, "is_query": is_query,
+                        "encoding_format": "base64"}).json()
+    dim = want[0].shape[1]
+    for s, w in zip(packed, want):
+        assert np.array_equal(np.frombuffer(base64.b64decode(s), "<f4").reshape(-1, dim), w)
+    raw = post(url, {"inputs": TEXTS[0], "is_query": is_query, "normalize": False}).json()
+    np.testing.assert_allclose(raw[0], colbert(TEXTS[0], is_query=is_query, normalize=False),
+                               atol=1e-5, rtol=1e-6)
+
+
+def test_embed_multi_refusals(url):
+    refusal(post(url, {"inputs": []}), 400, "Empty", "`inputs` cannot be empty")
+    refusal(post(url, {"inputs": "a", "is_query": "yes"}), 422, "Validation", "`is_query`")
+    refusal(post(url, {"inputs": "a", "encoding_format": "int8"}), 422, "Validation",
+            "`encoding_format` must be one of float, base64")
+    refusal(post(url, {"inputs": "a", "pooling": "mean"}), 422, "Validation", "pooling")
+    refusal(httpx.post(url + "/embed", json={"inputs": "a"}, timeout=30), 404, "Backend",
+            "multi-vector export")
+
+
+def test_embed_multi_is_not_served_by_other_exports(ours):
+    with threaded_server(ours("feature-extraction"), "tiny-embed") as u:
+        refusal(post(u, {"inputs": "a"}), 404, "Backend", "multi-vector")
+
+
+QUERY = "who has a cat"
+DOCS = ["the cat sat on the mat", "a dog ran to the river in paris", "music", "the cat"]
+
+
+def test_tei_rerank_on_a_colbert_export_is_maxsim(url, colbert):
+    want = colbert.rank(QUERY, DOCS)                 # best first, MaxSim (pylate's scores)
+    got = httpx.post(url + "/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True},
+                     timeout=30)
+    assert got.status_code == 200
+    ranks = got.json()
+    assert [(r["index"], r["text"]) for r in ranks] == [(w["corpus_id"], DOCS[w["corpus_id"]])
+                                                        for w in want]
+    np.testing.assert_allclose([r["score"] for r in ranks], [w["score"] for w in want],
+                               atol=1e-6)
+
+
+def test_cohere_client_reranks_a_colbert_export(url, colbert):
+    cohere = pytest.importorskip("cohere")
+    client = cohere.ClientV2(api_key="unused", base_url=url, max_retries=0)
+    want = colbert.rank(QUERY, DOCS)
+    got = client.rerank(model="tiny-colbert", query=QUERY, documents=DOCS)
+    assert [r.index for r in got.results] == [w["corpus_id"] for w in want]
+    np.testing.assert_allclose([r.relevance_score for r in got.results],
+                               [w["score"] for w in want], atol=1e-6)
+    top = client.rerank(model="tiny-colbert", query=QUERY, documents=DOCS, top_n=2)
+    assert [r.index for r in top.results] == [w["corpus_id"] for w in want[:2]]
+    assert got.meta.tokens.input_tokens == colbert.work(
+        colbert.read_inputs({"query": QUERY, "documents": DOCS})).tokens
