@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from .endpoints import Endpoint, check_served
 from .protocol import Parsed
-from .wire import Call, FieldError, Wire
+from .wire import Call, FieldError, Wire, served
 
 TAG = "Cohere"
 FIELDS = frozenset({"model", "query", "documents", "top_n", "max_tokens_per_doc",
@@ -59,6 +59,10 @@ class RerankWire(Wire):
 
     def __init__(self, endpoint: Endpoint):
         self.endpoint = endpoint
+
+    def unknown_model(self, name, names):
+        return _bad(f"model {str(name)[:80]!r} not found: this server serves {served(names)}",
+                    "model", 404, "ModelNotFound")
 
     def parse(self, state, request, body: bytes) -> Call:
         check_served(self.endpoint, state)

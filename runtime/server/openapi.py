@@ -23,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from ..core.tasks import TASKS, pipeline_class
 from .endpoints import OPEN, Endpoint, literal, param_schema
 from .v2 import VERSION
+from .wire import served
 
 try:  # Swagger UI's files (the serve extra); without them /docs says what to install
     from swagger_ui_bundle import swagger_ui_path
@@ -309,6 +310,44 @@ def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
     return op
 
 
+def several(docs: list[dict], names: list[str]) -> dict:
+    """The documents of several models as one: each route once, its body any one model's
+    (with `model` naming which, where the body is an object), a path's model name any
+    model's that answers it; GET /openapi.json?model=NAME is one model's own."""
+    out = {**docs[0], "paths": {}}
+    out["info"] = {**out["info"], "title": f"bertonnx serve: {', '.join(names)}",
+                   "description": f"Models served by bertonnx: {', '.join(names)}. A request "
+                                  "names its model in `model` (the v2 protocol: in its path); "
+                                  "left out, the one model that answers the route does."}
+    model = {"type": "string", "enum": names, "description": "Which model answers (left "
+             "out: the one model of the route's task; 422 naming them when several are)."}
+    bodies: dict[tuple[str, str], list[dict]] = {}   # each route's distinct bodies
+    for doc in docs:
+        for path, ops in doc["paths"].items():
+            for method, op in ops.items():
+                body = op.get("requestBody", {}).get("content", {}).get("application/json")
+                if body is not None:
+                    schema = body["schema"]
+                    if "properties" in schema and "model" not in schema["properties"]:
+                        schema = {**schema, "properties": {**schema["properties"],
+                                                           "model": model}}
+                    known = bodies.setdefault((path, method), [])
+                    if schema not in known:
+                        known.append(schema)
+                seen = out["paths"].setdefault(path, {}).get(method)
+                if seen is None:
+                    out["paths"][path][method] = op
+                    continue
+                for param, other in zip(seen.get("parameters", []), op.get("parameters", [])):
+                    param["schema"]["enum"] = list(dict.fromkeys(
+                        param["schema"]["enum"] + other["schema"]["enum"]))
+                seen["responses"] = {**op["responses"], **seen["responses"]}
+    for (path, method), schemas in bodies.items():
+        body = out["paths"][path][method]["requestBody"]["content"]["application/json"]
+        body["schema"] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    return out
+
+
 # -- the routes ------------------------------------------------------------------------------
 
 _PAGE = """<!doctype html>
@@ -331,7 +370,15 @@ def routes(h, table: tuple[Endpoint, ...], components: dict) -> list:
         if not state.ready:
             return JSONResponse({"error": "the model is still loading; retry shortly",
                                  "type": "NotReady"}, 503, headers={"Retry-After": "1"})
-        return JSONResponse(document(state, table, components))
+        models, name = state.models, request.query_params.get("model")
+        if name is not None and models.get(name) is None:
+            return JSONResponse({"error": f"model {name[:80]!r} is not served here: this "
+                                          f"server serves {served(models.names)}",
+                                 "type": "ModelNotFound"}, 404)
+        if name is not None or len(models) == 1:   # one model's document
+            return JSONResponse(document(models.get(name) or models.first, table, components))
+        return JSONResponse(several([document(m, table, components) for m in models],
+                                    models.names))
 
     async def docs(request):
         if swagger_ui_path is None:

@@ -194,15 +194,35 @@ class ServeOptions:
     providers: str | None = None             # the engine: auto, cpu, openvino:bf16 (engines.py)
     # the model's name on /v1/models and /v2/models/{name} (None: the export folder's name)
     name: str | None = None
+    # model calls at once across every model served (None: --workers, one more when several
+    # models are served, so one model busy on all its workers leaves a slot for the others)
+    max_model_calls: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise InputError(f"--max-connections must be ≥ 1, got {self.max_connections!r}",
                              "pass e.g. --max-connections 1000")
-        if self.name is not None and not _NAME.fullmatch(self.name):
-            raise InputError(f"--name {self.name!r} is not a model name: it goes into URL paths "
-                             "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
-                             "200), e.g. --name minilm")
+        if self.name is not None:
+            check_name(self.name)
+        if self.max_model_calls is not None and (not isinstance(self.max_model_calls, int)
+                                                 or self.max_model_calls < 1):
+            raise InputError(f"--max-model-calls must be ≥ 1, got {self.max_model_calls!r}",
+                             "pass e.g. --max-model-calls 2")
+
+    def model_calls(self, models: int) -> int:
+        """The shared bound on model calls at once for `models` models served."""
+        if self.max_model_calls is not None:
+            return self.max_model_calls
+        return self.batch.workers + (models > 1)
+
+
+def check_name(name: str) -> str:
+    """`name` if it can name a model (it goes into URL paths), else InputError."""
+    if not _NAME.fullmatch(name):
+        raise InputError(f"--name {name!r} is not a model name: it goes into URL paths "
+                         "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
+                         "200), e.g. --name minilm")
+    return name
 
 
 # A model name: one URL path segment that needs no quoting.
