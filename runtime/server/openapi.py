@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..core.tasks import TASKS, pipeline_class
 from .endpoints import OPEN, Endpoint, literal, param_schema
+from .openapi_several import several
 from .v2 import VERSION
 from .wire import served
 
@@ -308,44 +309,6 @@ def _operation(e: Endpoint, state, extra: dict[int, str]) -> dict:
                 "schema": {"$ref": f"#/components/schemas/{e.error_schema}"}}}
         op["responses"][str(status)] = answer
     return op
-
-
-def several(docs: list[dict], names: list[str]) -> dict:
-    """The documents of several models as one: each route once, its body any one model's
-    (with `model` naming which, where the body is an object), a path's model name any
-    model's that answers it; GET /openapi.json?model=NAME is one model's own."""
-    out = {**docs[0], "paths": {}}
-    out["info"] = {**out["info"], "title": f"bertonnx serve: {', '.join(names)}",
-                   "description": f"Models served by bertonnx: {', '.join(names)}. A request "
-                                  "names its model in `model` (the v2 protocol: in its path); "
-                                  "left out, the one model that answers the route does."}
-    model = {"type": "string", "enum": names, "description": "Which model answers (left "
-             "out: the one model of the route's task; 422 naming them when several are)."}
-    bodies: dict[tuple[str, str], list[dict]] = {}   # each route's distinct bodies
-    for doc in docs:
-        for path, ops in doc["paths"].items():
-            for method, op in ops.items():
-                body = op.get("requestBody", {}).get("content", {}).get("application/json")
-                if body is not None:
-                    schema = body["schema"]
-                    if "properties" in schema and "model" not in schema["properties"]:
-                        schema = {**schema, "properties": {**schema["properties"],
-                                                           "model": model}}
-                    known = bodies.setdefault((path, method), [])
-                    if schema not in known:
-                        known.append(schema)
-                seen = out["paths"].setdefault(path, {}).get(method)
-                if seen is None:
-                    out["paths"][path][method] = op
-                    continue
-                for param, other in zip(seen.get("parameters", []), op.get("parameters", [])):
-                    param["schema"]["enum"] = list(dict.fromkeys(
-                        param["schema"]["enum"] + other["schema"]["enum"]))
-                seen["responses"] = {**op["responses"], **seen["responses"]}
-    for (path, method), schemas in bodies.items():
-        body = out["paths"][path][method]["requestBody"]["content"]["application/json"]
-        body["schema"] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    return out
 
 
 # -- the routes ------------------------------------------------------------------------------
