@@ -222,10 +222,9 @@ def serve(ctx, model_dirs, host, port, max_batch_size, part_size, max_wait_ms, w
     models = _named(ctx, model_dirs, names)
     name = names[0] if len(model_dirs) == 1 and names else None
     model_dir = model_dirs[0]
-    if len(models) > 1 and (engine == "triton" or ray_address is not None):
-        raise click.UsageError(f"several DIRs need bertonnx's own server; with "
-                               f"{'--engine triton' if engine == 'triton' else '--ray'} serve "
-                               "one export per command", ctx)
+    if len(models) > 1 and engine == "triton":
+        raise click.UsageError("several DIRs need bertonnx's own server (or --ray); with "
+                               "--engine triton serve one export per command", ctx)
     if engine == "triton":
         return _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms,
                                 threads, name, grpc_port, metrics_port, instances,
@@ -247,8 +246,9 @@ def serve(ctx, model_dirs, host, port, max_batch_size, part_size, max_wait_ms, w
         max_model_calls=max_model_calls)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
     if ray_address is not None:
-        return _serve_on_ray(ctx, model_dir, options, RayOptions(
-            ray_address, request_timeout_s=request_timeout_s, **ray_flags))
+        return _serve_on_ray(ctx, model_dir if len(models) == 1 else models, options,
+                             RayOptions(ray_address, request_timeout_s=request_timeout_s,
+                                        **ray_flags))
     for flag in ray_flags:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --ray ADDRESS", ctx)

@@ -7,6 +7,7 @@ busy model not holding up another, and `serve DIR DIR`'s own checks of its argum
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bertonnx.runtime.cli.main import cli
-from bertonnx.runtime.server import ServeOptions
+from bertonnx.runtime.server import RayOptions, ServeOptions
 from bertonnx.runtime.server.metrics import Metrics
 
 from tests.live_server import LiveServer
@@ -176,8 +177,7 @@ def test_a_busy_model_does_not_hold_up_another(pipes):
     (["a", "b", "--name", "x"], "--name is given 1 time(s) for 2 DIR(s)"),
     (["a", "b", "--name", "x", "--name", "x"], "two models would be named 'x'"),
     (["one/m", "two/m"], "two models would be named 'm'"),
-    (["a", "b", "--ray", "auto"], "several DIRs need bertonnx's own server"),
-    (["a", "b", "--engine", "triton"], "several DIRs need bertonnx's own server")])
+    (["a", "b", "--engine", "triton"], "with --engine triton serve one export per command")])
 def test_serve_refuses_bad_model_arguments(argv, words):
     res = CliRunner().invoke(cli, ["serve", *argv])
     assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
@@ -191,3 +191,39 @@ def test_serve_several_folders(tiny_export):
         ranks = httpx.post(server.url + "/rerank", json={"query": QUERY, "texts": TEXTS}).json()
         assert len(ranks) == len(TEXTS)
         assert "bertonnx: model r (text-ranking)" in server.log
+
+
+def test_a_ray_replica_serves_every_model(tiny_export, ours):
+    """`serve A B --ray`: each replica is the whole app with both models (no cluster needed
+    to run one replica in process)."""
+    pytest.importorskip("ray")
+    import asyncio
+    import json
+
+    from bertonnx.runtime.server.ray_serve import ModelReplica, application
+    from bertonnx.runtime.server.relay import HttpRequest
+
+    folders = [("e", str(tiny_export("feature-extraction"))),
+               ("r", str(tiny_export("text-ranking")))]
+    body = json.dumps({"query": QUERY, "texts": TEXTS}).encode()
+    json_ = ((b"content-type", b"application/json"),)
+
+    async def run():
+        replica = ModelReplica.__new__(ModelReplica)   # Ray awaits its async __init__
+        await replica.__init__(folders, ServeOptions())
+        try:
+            await replica.check_health()
+            models = await replica(HttpRequest("GET", "/v1/models", b"", (), b""))
+            ranks = await replica(HttpRequest("POST", "/rerank", b"", json_, body))
+            return json.loads(models.body), json.loads(ranks.body)
+        finally:
+            await replica.lifespan.shutdown()
+
+    models, ranks = asyncio.run(run())
+    assert [m["id"] for m in models["data"]] == ["e", "r"]
+    want = ours("text-ranking")(QUERY, TEXTS)
+    assert [r["index"] for r in ranks] == [w["corpus_id"] for w in want]
+    np.testing.assert_allclose([r["score"] for r in ranks], [w["score"] for w in want],
+                               atol=1e-6)
+    assert application([(n, Path(d)) for n, d in folders], ServeOptions(),
+                       RayOptions("auto")) is not None
