@@ -126,7 +126,7 @@ def _triton_flags(command):
 
 # What --engine triton takes of serve's own flags (the rest are bertonnx's server's)
 _ON_TRITON = frozenset({"model_dirs", "host", "port", "max_batch_size", "max_wait_ms", "threads",
-                        "name", "engine", "grpc_port", "metrics_port", "instances",
+                        "names", "engine", "grpc_port", "metrics_port", "instances",
                         "triton_python"})
 _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
 # where Triton's own mechanism is what the user wants (docs/serving.md, Production)
@@ -222,13 +222,10 @@ def serve(ctx, model_dirs, host, port, max_batch_size, part_size, max_wait_ms, w
     models = _named(ctx, model_dirs, names)
     name = names[0] if len(model_dirs) == 1 and names else None
     model_dir = model_dirs[0]
-    if len(models) > 1 and engine == "triton":
-        raise click.UsageError("several DIRs need bertonnx's own server (or --ray); with "
-                               "--engine triton serve one export per command", ctx)
     if engine == "triton":
-        return _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms,
-                                threads, name, grpc_port, metrics_port, instances,
-                                triton_python)
+        return _serve_on_triton(ctx, model_dir if len(models) == 1 else models, host, port,
+                                max_batch_size, max_wait_ms, threads, name, grpc_port,
+                                metrics_port, instances, triton_python)
     for flag in _TRITON_ONLY:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --engine triton", ctx)

@@ -177,7 +177,7 @@ def test_a_busy_model_does_not_hold_up_another(pipes):
     (["a", "b", "--name", "x"], "--name is given 1 time(s) for 2 DIR(s)"),
     (["a", "b", "--name", "x", "--name", "x"], "two models would be named 'x'"),
     (["one/m", "two/m"], "two models would be named 'm'"),
-    (["a", "b", "--engine", "triton"], "with --engine triton serve one export per command")])
+])
 def test_serve_refuses_bad_model_arguments(argv, words):
     res = CliRunner().invoke(cli, ["serve", *argv])
     assert res.exit_code == 2 and words in res.output and "Traceback" not in res.output
@@ -227,3 +227,37 @@ def test_a_ray_replica_serves_every_model(tiny_export, ours):
                                atol=1e-6)
     assert application([(n, Path(d)) for n, d in folders], ServeOptions(),
                        RayOptions("auto")) is not None
+
+
+def test_serve_several_folders_on_triton(tiny_export, ours):
+    """`serve A B --engine triton`: one Triton model per export in one repository, each
+    answering as the library does (within 1e-6: Triton merges requests into one call)."""
+    triton = pytest.importorskip("tests.runtime.triton.test_server")   # skips without Triton
+    import subprocess
+    import sys
+
+    from bertonnx.runtime.server.process import announced_url
+
+    argv = [sys.executable, "-m", "bertonnx.runtime.cli", "serve",
+            str(tiny_export("feature-extraction")), str(tiny_export("text-classification")),
+            "--engine", "triton", "--port", "0", "--name", "e", "--name", "c",
+            "--triton-python", triton.stub_python()]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        url = triton.until(lambda: (line := proc.stderr.readline()) and (
+            lines.append(line) or announced_url(line)) or proc.poll() is not None,
+            "no announcement")
+        assert isinstance(url, str), "".join(lines) + proc.stderr.read()
+        client = triton.thttp.InferenceServerClient(url.removeprefix("http://"),
+                                                    network_timeout=60)
+        texts = {"text": TEXTS[:2]}
+        for name, export in (("e", "feature-extraction"), ("c", "text-classification")):
+            got = client.infer(name, triton.request(triton.thttp, texts))
+            want = triton.library(ours(export), texts, {})
+            for t in triton.task_tensors(export).outputs:
+                triton.assert_same(got.as_numpy(t.name), want[t.name], t.datatype, t.name)
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
