@@ -3,9 +3,11 @@ OpenAI (openai.py), Open Inference Protocol v2 (v2.py), TEI (tei_routes.py) and 
 (cohere.py) routes on the same handlers, and /openapi.json and /docs (openapi.py) generated
 from the route table (`ENDPOINTS`: each route's record, with the tasks whose exports serve it).
 
-The model loads in the background once the app starts, so /health can answer 503 while it
-happens (readiness probes); requests then go through the protocol (protocol.py) into the
-dynamic batcher (batching.py), which calls the pipeline.
+The models (one, or several: registry.py, each with its own pipeline and batcher) load in the
+background once the app starts, so /health can answer 503 while they do (readiness probes);
+a request is then given its model (`_Handlers.pick`: its `model`, or the one model of the
+route's task) and goes through the protocol (protocol.py) into that model's dynamic batcher
+(batching.py), which calls the pipeline.
 
 An inference request (/predict, /v1/embeddings, /v2/models/{name}/infer: `infer`, each route
 with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s:

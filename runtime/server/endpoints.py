@@ -43,7 +43,7 @@ class Endpoint:
     summary: str
     tag: str                     # the protocol it belongs to (the document's sections)
     tasks: tuple[str, ...] | None = None   # the tasks whose exports serve it; None: all
-    # each a function of the app's state (app._State: the pipeline served, the limits):
+    # each a function of a served model (registry.Model: its pipeline, the limits):
     request: Callable[[Any], dict] | None = None    # the body's JSON schema (None: no body)
     example: Callable[[Any], Any] | None = None     # a body that works as it is (None: none)
     response: Callable[[Any], dict] | None = None   # the schema of the 200 answer

@@ -84,8 +84,9 @@ class Wire:
                           "ModelNotFound")
 
     def parse(self, state, request, body: bytes) -> Call:
-        """The request read (ClientError / InputError for what is wrong). `state` is the app's
-        (app._State: the pipeline, the parameters it takes, the limits, the served name)."""
+        """The request read (ClientError / InputError for what is wrong). `state` is the model
+        the request is for (registry.Model: the pipeline, the parameters it takes, the
+        limits, the served name)."""
         return Call(parse_request(state.pipeline.task, body, state.allowed,
                                   state.options.limits.max_inputs))
 
