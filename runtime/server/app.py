@@ -367,8 +367,10 @@ def create_app(model_dir: str | Path | Sequence[ModelSource],
         sources = list(model_dir)
     server = Metrics()
     # one model keeps the server's counters (its /metrics unlabelled); several, their own
+    several = len(sources) > 1
     registry = Registry({s.name: Model(s.name, s.folder, options,
-                                       server if len(sources) == 1 else Metrics(), s.loader)
+                                       Metrics() if several else server, s.loader,
+                                       several=several)
                          for s in sources})
     if len(registry) != len(sources):
         raise ConfigError(f"two models are named alike: {', '.join(s.name for s in sources)}",

@@ -57,6 +57,7 @@ class Model:
     allowed: frozenset[str] | None = None
     batcher: DynamicBatcher | None = None
     load_error: str | None = None
+    several: bool = False   # served beside other models: a refusal names the one asked for
 
     @property
     def ready(self) -> bool:

@@ -373,7 +373,7 @@ def routes(h) -> list:
         except FieldError as e:
             return error(e.status, e.message, e.kind)
         if not INFO_ENDPOINT.serves(model.task):
-            e = not_served(INFO_ENDPOINT, model.task)
+            e = not_served(INFO_ENDPOINT, model.task, model.name if model.several else None)
             return error(e.status, e.message, e.kind)
         return JSONResponse(info(model))
 

@@ -105,7 +105,7 @@ def test_tei_routes_take_a_model_or_the_one_of_their_task(url, pipes):
     refusal(post(url, "/embed", {"inputs": TEXTS, "model": "nope"}), 404, "Validation",
             "'nope' is not served here")
     refusal(post(url, "/rerank", {"query": QUERY, "texts": TEXTS, "model": "emb"}), 404,
-            "Backend", "text-ranking export")
+            "Backend", "the model 'emb' is a feature-extraction export", "text-ranking export")
     # /predict serves every task: Hugging Face's convention with `model`
     got, want = post(url, "/predict", {"inputs": TEXTS[0], "model": "cls"}).json(), \
         pipes["cls"](TEXTS[0])
