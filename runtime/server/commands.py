@@ -208,8 +208,8 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 def serve(ctx, model_dirs, host, port, max_batch_size, part_size, max_wait_ms, workers,
           max_body_bytes, max_inputs, max_tokens, max_context_chars, max_answers,
           max_connections, header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s,
-          threads, providers, names, max_model_calls, api_keys, api_key_file, ssl_certfile, ssl_keyfile,
-          ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
+          threads, providers, names, max_model_calls, api_keys, api_key_file, ssl_certfile,
+          ssl_keyfile, ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
           instances, triton_python, ray_address, **ray_flags):
     """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
     POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol

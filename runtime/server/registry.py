@@ -5,12 +5,11 @@ A route's handler never reads a module-level model: it asks the registry with th
 request gives (OpenAI's and Cohere's `model`, the v2 path's name, the optional `model` of the
 TEI-shaped and /predict bodies) and the tasks that serve the route (its `Endpoint.tasks`):
 
-    entry = registry.pick(requested, tasks, unknown)
+    entry = registry.pick(requested, tasks, path, unknown)
 
-A named model is that one (`unknown(name, names)` is the route's own 404 for another name: its wire's
-`unknown_model`);
-no name: the one model whose task serves the route — none is a 404 naming the loaded models,
-several a 422 naming the choices. With one model served, an unnamed request always gets it
+A named model is that one (`unknown(name, names)` is the route's own 404 for another name: its
+wire's `unknown_model`); no name: the one model whose task serves the route — none is a 404
+naming the loaded models, several a 422 naming the choices. With one model served, an unnamed request always gets it
 (the route then answers exactly as it did before the registry: its own 404 for another task).
 A `Model` carries what a wire reads (`pipeline`, `name`, `options`, `allowed`), so the wires,
 the OpenAPI schemas and /info work on one entry as they did on the one model.

@@ -1,8 +1,8 @@
 """`bertonnx serve DIR --engine triton`: the export on a real Triton server, in one command.
 
 Writes the pipeline model (pipeline_repository.py, the export linked, not copied) into a scratch
-repository (one model per export: `serve A B --engine triton` serves both), starts the bundled tritonserver on it (launch.py), announces its address once it is
-ready, forwards SIGINT/SIGTERM to it, and when it exits removes the scratch folder and any
+repository (one model per export: `serve A B --engine triton` serves both), starts the bundled
+tritonserver on it (launch.py), announces its address once it is ready, forwards SIGINT/SIGTERM to it, and when it exits removes the scratch folder and any
 shared memory its stubs left. The model is named as `bertonnx serve` names it (--name, else the
 export folder's name) and speaks the same Open Inference Protocol tensors as bertonnx's /v2.
 """
