@@ -2,9 +2,10 @@
 
 Writes the pipeline model (pipeline_repository.py, the export linked, not copied) into a scratch
 repository (one model per export: `serve A B --engine triton` serves both), starts the bundled
-tritonserver on it (launch.py), announces its address once it is ready, forwards SIGINT/SIGTERM to it, and when it exits removes the scratch folder and any
-shared memory its stubs left. The model is named as `bertonnx serve` names it (--name, else the
-export folder's name) and speaks the same Open Inference Protocol tensors as bertonnx's /v2.
+tritonserver on it (launch.py), announces its address once it is ready, forwards SIGINT/SIGTERM
+to it, and when it exits removes the scratch folder and any shared memory its stubs left. A
+model is named as `bertonnx serve` names it (--name, else the export folder's name) and speaks
+the same Open Inference Protocol tensors as bertonnx's /v2.
 """
 from __future__ import annotations
 
