@@ -302,3 +302,15 @@ def test_the_shared_bound_holds_one_model_call_at_once():
 
     asyncio.run(main())
     assert events == ["a start", "a end", "b start", "b end"]
+
+
+def test_api_keys_guard_every_model_and_open_each_ones_probe(pipes):
+    from bertonnx.runtime.server.settings import Access
+
+    options = ServeOptions(access=Access(("sekrit-key-0123",)))
+    with threaded_server({"emb": pipes["emb"], "rank": pipes["rank"]}, "multi", options) as url:
+        assert httpx.get(url + "/v1/models").status_code == 401
+        for name in ("emb", "rank"):   # each model's readiness probe needs no key
+            assert httpx.get(url + f"/v2/models/{name}/ready").status_code == 200
+        keyed = httpx.get(url + "/v1/models", headers={"Authorization": "Bearer sekrit-key-0123"})
+        assert [m["id"] for m in keyed.json()["data"]] == ["emb", "rank"]
