@@ -1,4 +1,5 @@
-"""`bertonnx serve`: an export folder behind an HTTP JSON API, with dynamic batching.
+"""`bertonnx serve`: an export folder (or several, one session each, requests routed by their
+`model`: registry.py) behind an HTTP JSON API, with dynamic batching.
 
 Starlette on uvicorn (the optional `serve` extra; nothing else in the runtime imports them).
 
@@ -28,7 +29,8 @@ already received, and exits 0 — or 1 if --drain-timeout-s cut some (they got 5
 
 Files: settings.py (ServeOptions, Limits, Timeouts, Backpressure, Access), auth.py (API keys),
 protocol.py (requests in, JSON out, client errors, limits), batching.py (the dynamic batcher),
-metrics.py (Prometheus text), app.py (the Starlette app and its route table), endpoints.py (a
+metrics.py (Prometheus text), registry.py (the models served and which one a request is
+for), app.py (the Starlette app and its route table), endpoints.py (a
 route's record: the tasks that serve it, its OpenAPI entry), wire.py (how an inference route
 reads requests and writes answers; /predict's, openai.py's, v2.py's; each task's v2 tensors are
 its pipeline's), connections.py (header deadline and connection cap on uvicorn's h11 protocol),

@@ -3,9 +3,11 @@ OpenAI (openai.py), Open Inference Protocol v2 (v2.py), TEI (tei_routes.py) and 
 (cohere.py) routes on the same handlers, and /openapi.json and /docs (openapi.py) generated
 from the route table (`ENDPOINTS`: each route's record, with the tasks whose exports serve it).
 
-The model loads in the background once the app starts, so /health can answer 503 while it
-happens (readiness probes); requests then go through the protocol (protocol.py) into the
-dynamic batcher (batching.py), which calls the pipeline.
+The models (one, or several: registry.py, each with its own pipeline and batcher) load in the
+background once the app starts, so /health can answer 503 while they do (readiness probes);
+a request is then given its model (`_Handlers.pick`: its `model`, or the one model of the
+route's task) and goes through the protocol (protocol.py) into that model's dynamic batcher
+(batching.py), which calls the pipeline.
 
 An inference request (/predict, /v1/embeddings, /v2/models/{name}/infer: `infer`, each route
 with its wire.Wire for the body and answer formats) is read under a deadline (--body-timeout-s:
@@ -28,7 +30,7 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -37,13 +39,13 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import ArtifactError, BertOnnxError
+from ..core.errors import ArtifactError, BertOnnxError, ConfigError
 from . import cohere, openai, openapi, tei_routes, v2
 from .admission import Admission, ClientGone
 from .auth import RequireApiKey, open_paths
-from .batching import DynamicBatcher
-from .metrics import Metrics
-from .protocol import ClientError, PipelineRunner, Prepared, allowed_parameters
+from .metrics import Metrics, ModelRows
+from .protocol import ClientError, Prepared
+from .registry import Model, ModelSource, Registry
 from .settings import ServeOptions
 from .wire import Wire
 
@@ -56,31 +58,42 @@ log = logging.getLogger("bertonnx.serve")
 
 @dataclass
 class _State:
-    model_dir: Path
+    """The server's: its models (registry.py), the options, the drain, what is being read."""
+
+    models: Registry
     options: ServeOptions
-    metrics: Metrics = field(default_factory=Metrics)
-    pipeline: Any = None
-    allowed: frozenset[str] | None = None
-    batcher: DynamicBatcher | None = None
+    metrics: Metrics = field(default_factory=Metrics)   # server-wide (the model's, for one)
     # /predict requests not yet queued -> when their last bytes arrived (the batcher's hint)
     reading: dict[int, float] = field(default_factory=dict)
     scopes: set = field(default_factory=set)  # each /predict's asyncio.Timeout: a drain cuts them
     draining: bool = False                    # SIGTERM came: answer what is here, then stop
     cutting: bool = False                     # the drain timeout passed: the rest get 503
     cut: int = 0                              # requests the drain timeout answered 503
-    load_error: str | None = None
     loading: asyncio.Task | None = None
     on_fatal: Any = None                     # called if loading fails (the CLI stops the server)
 
     @property
     def ready(self) -> bool:
-        return self.batcher is not None
+        return self.models.ready
 
+    @property
+    def load_error(self) -> str | None:
+        return self.models.load_error
+
+    # the first model's, for what serves one model (process.py's banner, Ray, the probes)
     @property
     def name(self) -> str:
         """The model's name on the protocols that name it (/v1/models, /v2/models/{name}):
         --name, else the export folder's name."""
-        return self.options.name or self.model_dir.name
+        return self.models.first.name
+
+    @property
+    def model_dir(self) -> Path:
+        return self.models.first.model_dir
+
+    @property
+    def pipeline(self):
+        return self.models.first.pipeline
 
     def arriving(self) -> int:
         """Requests being received that showed progress within max_wait: the batch may wait
@@ -107,50 +120,28 @@ class _State:
 class _Handlers:
     """What the app does, by route; `state` is what they share (also `app.state.bertonnx`)."""
 
-    def __init__(self, state: _State, loader):
+    def __init__(self, state: _State):
         self.state, self.options = state, state.options
-        self.loader = loader or self.load
         pressure = self.options.backpressure
         self.admission = Admission(pressure.cap(self.options.batch, self.options.limits),
                                    pressure.request_timeout_s, state.metrics)
 
     # -- loading --------------------------------------------------------------------------
 
-    def load(self):
-        # onnxruntime comes with the model, in the loading thread: /health answers meanwhile
-        from ..core.pipelines import load as load_pipeline
-
-        # One server batch = one micro-batch of the pipeline (it splits longer lists).
-        return load_pipeline(self.state.model_dir, providers=self.options.providers,
-                             threads=self.options.threads,
-                             batch_size=self.options.batch.max_batch_size)
-
-    def _failed(self, message: str) -> None:
-        self.state.load_error = message
-        if self.state.on_fatal:
-            self.state.on_fatal()
-
     async def load_in_background(self) -> None:
+        """Every model, one after another (each loads in a thread); the first that fails
+        stops the server."""
         state = self.state
-        try:
-            pipe = await asyncio.get_running_loop().run_in_executor(None, self.loader)
-        except BertOnnxError as e:
-            log.error("cannot load %s: %s", state.model_dir, e)
-            self._failed(str(e))
-            return
-        except Exception as e:  # noqa: BLE001 — reported, then the server stops
-            log.exception("cannot load %s", state.model_dir)
-            # a library error's line names its fix; this one gets the general one
-            self._failed(f"{type(e).__name__}: {e} — check the export folder with "
-                         "`bertonnx parity`, or export again")
-            return
-        state.pipeline = pipe
-        state.allowed = allowed_parameters(pipe)
-        batcher = DynamicBatcher(PipelineRunner(pipe), self.options.batch,
-                                 on_batch=state.metrics.batch_done, arriving=state.arriving)
-        batcher.start()
-        state.batcher = batcher
-        log.info("model ready: %s (%s)", state.model_dir, pipe.task)
+        models = state.models
+        calls = self.options.model_calls(len(models))
+        # one model at its --workers needs no shared bound: it is its own
+        shared = asyncio.Semaphore(calls) if calls < self.options.batch.workers * len(models) \
+            else None
+        for model in models:
+            if not await model.start(state.arriving, shared):
+                if state.on_fatal:
+                    state.on_fatal()
+                return
 
     @asynccontextmanager
     async def lifespan(self, app):
@@ -160,8 +151,9 @@ class _Handlers:
         # uvicorn has answered every in-flight request by now; finish anything still queued.
         if not state.loading.done():
             state.loading.cancel()
-        if state.batcher is not None:
-            await state.batcher.close()
+        for model in state.models:
+            if model.batcher is not None:
+                await model.batcher.close()
 
     # -- /predict -------------------------------------------------------------------------
 
@@ -201,11 +193,18 @@ class _Handlers:
             raise ClientGone("body") from None
         return b"".join(chunks)
 
+    def pick(self, request, wire: Wire, body: bytes) -> Model:
+        """The model the request is for (registry.Registry.pick), kept on the request for
+        the metrics."""
+        model = self.state.models.pick(wire.model_of(request, body), wire.tasks,
+                                       request.url.path, wire.unknown_model)
+        request.state.model = model
+        return model
+
     async def answer(self, request, wire: Wire):
         """The response to one request, read and written by `wire`; raises ClientError /
         BertOnnxError / ClientGone."""
         state, options = self.state, self.options
-        pipe = state.pipeline
         admission = self.admission
         deadline = admission.deadline()
         admission.make_room(1)   # full already: 429 before the body is even read
@@ -213,7 +212,9 @@ class _Handlers:
         state.reading[key] = time.monotonic()
         try:
             body = await self.read_body(request, key)
-            call = wire.parse(state, request, body)
+            model = self.pick(request, wire, body)
+            pipe = model.pipeline
+            call = wire.parse(model, request, body)
             if call.parsed is None:   # answered without the model
                 return await _inline_or_thread(len(body), wire.respond, None, call, None)
             prepared = Prepared.check(pipe, call.parsed, options.limits)
@@ -223,7 +224,7 @@ class _Handlers:
                                                options.limits, call)
                 state.reading.pop(key, None)   # queued from here: no longer arriving
                 results = await admission.until_answered(
-                    request, state.batcher.submit_parts(parts, prepared.params), deadline)
+                    request, model.batcher.submit_parts(parts, prepared.params), deadline)
         finally:
             state.reading.pop(key, None)
         return wire.respond(prepared.answer(pipe, results), call, work)
@@ -285,8 +286,10 @@ class _Handlers:
                               "InternalError")
         finally:
             state.metrics.in_flight -= 1
-            if status is not None:
-                state.metrics.request_done(status, time.perf_counter() - t0)
+            if status is not None:   # counted for its model, where it named one
+                model = getattr(request.state, "model", None)
+                (model.metrics if model else state.metrics).request_done(
+                    status, time.perf_counter() - t0)
 
     # -- /health, /metrics, errors --------------------------------------------------------
 
@@ -295,19 +298,24 @@ class _Handlers:
         if state.draining:
             return JSONResponse({"status": "draining"}, 503)
         if state.ready:
-            return JSONResponse({"status": "ok", "task": state.pipeline.task})
+            if len(state.models) == 1:
+                return JSONResponse({"status": "ok", "task": state.pipeline.task})
+            return JSONResponse({"status": "ok", "models": {m.name: m.task
+                                                            for m in state.models}})
         if state.load_error is not None:
             return JSONResponse({"status": "failed", "error": state.load_error}, 503)
         return JSONResponse({"status": "loading"}, 503)
 
     async def metrics(self, request):
         state = self.state
-        session = getattr(state.pipeline, "session", None)
-        config = getattr(session, "config", None)
-        text = state.metrics.render(ready=state.ready,
-                                    queued=state.batcher.queued if state.batcher else 0,
-                                    inputs=self.admission.pending,
-                                    engine=(config.engine, config.precision) if config else None)
+        rows = [ModelRows(m.name, m.metrics, m.ready, m.batcher.queued if m.batcher else 0,
+                          _engine(m.pipeline)) for m in state.models]
+        if len(rows) == 1:   # one model: its families unlabelled, as they always were
+            text = state.metrics.render(ready=rows[0].ready, queued=rows[0].queued,
+                                        inputs=self.admission.pending, engine=rows[0].engine)
+        else:
+            text = state.metrics.render(ready=state.ready, queued=0,
+                                        inputs=self.admission.pending, models=rows)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def http_error(self, request, exc):
@@ -331,6 +339,12 @@ _SHUTTING_DOWN = ("the server is shutting down and its drain timeout (--drain-ti
                   "passed before this request was answered; retry on another instance")
 
 
+def _engine(pipe) -> tuple[str, str] | None:
+    """The engine and precision a pipeline runs on (None: not loaded, or not a session's)."""
+    config = getattr(getattr(pipe, "session", None), "config", None)
+    return (config.engine, config.precision) if config else None
+
+
 async def _inline_or_thread(size: int, fn, *args):
     """fn(*args) for a request body of `size` bytes: on the event loop when short, in a thread
     when long (tokenizing it would hold up every other request)."""
@@ -339,13 +353,29 @@ async def _inline_or_thread(size: int, fn, *args):
     return fn(*args)
 
 
-def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
-               loader=None, on_fatal=None):
-    """The Starlette app; the model loads in the background once it starts.
+def create_app(model_dir: str | Path | Sequence[ModelSource],
+               options: ServeOptions = ServeOptions(), *, loader=None, on_fatal=None):
+    """The Starlette app; the models load in the background once it starts.
 
-    `loader()` returns the pipeline (default: `bertonnx.runtime.load` on model_dir with the
-    options' providers/threads); `on_fatal()` is called if loading fails."""
-    h = _Handlers(_State(Path(model_dir), options, on_fatal=on_fatal), loader)
+    `model_dir`: one export folder, served as --name or its folder's name, or several
+    (`ModelSource`s: a name, a folder, a loader each). `loader()` returns the one model's
+    pipeline (default: `bertonnx.runtime.load` on model_dir with the options'
+    providers/threads); `on_fatal()` is called if loading fails."""
+    if isinstance(model_dir, (str, Path)):
+        sources = [ModelSource(options.name or Path(model_dir).name, Path(model_dir), loader)]
+    else:
+        sources = list(model_dir)
+    server = Metrics()
+    # one model keeps the server's counters (its /metrics unlabelled); several, their own
+    several = len(sources) > 1
+    registry = Registry({s.name: Model(s.name, s.folder, options,
+                                       Metrics() if several else server, s.loader,
+                                       several=several)
+                         for s in sources})
+    if len(registry) != len(sources):
+        raise ConfigError(f"two models are named alike: {', '.join(s.name for s in sources)}",
+                          "give each its own --name")
+    h = _Handlers(_State(registry, options, server, on_fatal=on_fatal))
     keys = options.access.api_keys
     app = Starlette(
         routes=[Route("/predict", h.predict, methods=["POST"]),
@@ -354,7 +384,8 @@ def create_app(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
                 *openai.routes(h), *tei_routes.routes(h), *cohere.routes(h),
                 *openapi.routes(h, ENDPOINTS, COMPONENTS), *v2.routes(h)],
         lifespan=h.lifespan,
-        middleware=[Middleware(RequireApiKey, keys=keys, open=open_paths(h.state.name))]
+        middleware=[Middleware(RequireApiKey, keys=keys,
+                               open=frozenset().union(*(open_paths(n) for n in registry.names)))]
         if keys else [],
         exception_handlers={HTTPException: h.http_error, Exception: h.server_error},
     )

@@ -115,8 +115,12 @@ class DynamicBatcher:
     """`await submit(payload, size, params)` -> that payload's result, computed in a batch."""
 
     def __init__(self, run: RunFn, config: BatchConfig = BatchConfig(), *,
-                 on_batch: BatchHook | None = None, arriving: ArrivingHint | None = None):
+                 on_batch: BatchHook | None = None, arriving: ArrivingHint | None = None,
+                 shared: asyncio.Semaphore | None = None):
         self._run = run
+        # a bound on model calls shared with other models' batchers (one server, several
+        # models): a batch runs once it holds one of its own workers and one shared slot
+        self._shared = shared
         self.config = config
         self._on_batch = on_batch
         self._arriving = arriving
@@ -184,6 +188,8 @@ class DynamicBatcher:
             # Wait for a free worker before collecting: while all are busy, requests pile up
             # in the queue and the next batch takes them all at once.
             await self._slots.acquire()
+            if self._shared is not None:
+                await self._shared.acquire()
             batch, stop = await self._collect(first)
             self._forming = []
             task = asyncio.get_running_loop().create_task(self._dispatch(batch))
@@ -228,6 +234,8 @@ class DynamicBatcher:
                 await self._run_group(jobs)
         finally:
             self._slots.release()
+            if self._shared is not None:
+                self._shared.release()
 
     async def _run_group(self, jobs: list[_Job]) -> None:
         jobs = [j for j in jobs if not j.future.done()]   # gone while the batch formed

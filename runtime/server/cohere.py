@@ -43,7 +43,7 @@ from starlette.routing import Route
 from ..core.quantize_embeddings import RANGED, base64_floats, quantize
 from .endpoints import Endpoint, check_served
 from .protocol import Parsed
-from .wire import Call, FieldError, Wire
+from .wire import Call, FieldError, Wire, served
 
 TAG = "Cohere"
 FIELDS = frozenset({"model", "query", "documents", "top_n", "max_tokens_per_doc",
@@ -103,6 +103,10 @@ class CohereWire(Wire):
 
     def error(self, status, message, kind, headers=None, parameter=None):
         return error(status, message, kind, headers, parameter)
+
+    def unknown_model(self, name, names):
+        return _bad(f"model {str(name)[:80]!r} not found: this server serves {served(names)}",
+                    "model", 404, "ModelNotFound")
 
 
 class RerankWire(CohereWire):

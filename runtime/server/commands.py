@@ -11,7 +11,7 @@ from ..core.bounds import MAX_BATCH_SIZE, MAX_THREADS
 from ..core.errors import ConfigError
 from .batching import MAX_WORKERS, BatchConfig
 from .settings import (LONG_INPUTS, Access, Backpressure, Limits, RayOptions, ServeOptions,
-                       Timeouts, read_key_file)
+                       Timeouts, check_name, read_key_file)
 
 _L, _T = Limits(), Timeouts()
 KEY_ENV = "BERTONNX_API_KEY"
@@ -125,8 +125,8 @@ def _triton_flags(command):
 
 
 # What --engine triton takes of serve's own flags (the rest are bertonnx's server's)
-_ON_TRITON = frozenset({"model_dir", "host", "port", "max_batch_size", "max_wait_ms", "threads",
-                        "name", "engine", "grpc_port", "metrics_port", "instances",
+_ON_TRITON = frozenset({"model_dirs", "host", "port", "max_batch_size", "max_wait_ms", "threads",
+                        "names", "engine", "grpc_port", "metrics_port", "instances",
                         "triton_python"})
 _TRITON_ONLY = ("grpc_port", "metrics_port", "instances", "triton_python")
 # where Triton's own mechanism is what the user wants (docs/serving.md, Production)
@@ -139,7 +139,8 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 
 
 @click.command("serve")
-@click.argument("model_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("model_dirs", metavar="DIR [DIR ...]", nargs=-1, required=True,
+                type=click.Path(file_okay=False, path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (0.0.0.0 opens it to the network).")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
@@ -199,30 +200,37 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 @click.option("--providers", default=None, metavar="ENGINE",
               help="Engine: auto (default: the fastest this CPU has that the export proved), "
                    "cpu, openvino, openvino:bf16, openvino:f32, cuda, or providers as a list.")
-@click.option("--name", default=None,
-              help="The model's name on /v1/models and /v2/models/NAME [default: DIR's "
-                   "folder name].")
+@click.option("--name", "names", multiple=True,
+              help="The model's name on /v1/models, /v2/models/NAME and in `model` fields "
+                   "[default: DIR's folder name]; with several DIRs, once per DIR, in order.")
+@click.option("--max-model-calls", default=None, type=click.IntRange(1),
+              help="Model calls at once across every model served [default: --workers, one "
+                   "more with several DIRs, so a busy model leaves a call to the others].")
 @_access_flags
 @_triton_flags
 @_ray_flags
 @click.pass_context
-def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, workers,
+def serve(ctx, model_dirs, host, port, max_batch_size, part_size, max_wait_ms, workers,
           max_body_bytes, max_inputs, max_tokens, long_inputs, max_context_chars, max_answers,
           max_connections, header_timeout_s, body_timeout_s, keep_alive_s, drain_timeout_s,
-          threads, providers, name, api_keys, api_key_file, ssl_certfile, ssl_keyfile,
-          ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
+          threads, providers, names, max_model_calls, api_keys, api_key_file, ssl_certfile,
+          ssl_keyfile, ssl_ca_certs, max_queued_inputs, request_timeout_s, engine, grpc_port, metrics_port,
           instances, triton_python, ray_address, **ray_flags):
     """Serve the export in DIR over HTTP: POST /predict, GET /health, GET /metrics; OpenAI's
     POST /v1/embeddings (feature-extraction) and GET /v1/models; the Open Inference Protocol
-    v2 (KServe, Triton: /v2/models/NAME/infer).
+    v2 (KServe, Triton: /v2/models/NAME/infer). Several DIRs: one server, one session each,
+    requests routed by `model` (docs/serving.md).
 
     With --ray, the same app runs as a Ray Serve deployment of --replicas replicas on a
     running Ray cluster, each with its own dynamic batching. With --engine triton, a real
     Triton server runs the export (raw text in, the task's answers out)."""
+    models = _named(ctx, model_dirs, names)
+    name = names[0] if len(model_dirs) == 1 and names else None
+    model_dir = model_dirs[0]
     if engine == "triton":
-        return _serve_on_triton(ctx, model_dir, host, port, max_batch_size, max_wait_ms,
-                                threads, name, grpc_port, metrics_port, instances,
-                                triton_python)
+        return _serve_on_triton(ctx, model_dir if len(models) == 1 else models, host, port,
+                                max_batch_size, max_wait_ms, threads, name, grpc_port,
+                                metrics_port, instances, triton_python)
     for flag in _TRITON_ONLY:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --engine triton", ctx)
@@ -237,19 +245,37 @@ def serve(ctx, model_dir, host, port, max_batch_size, part_size, max_wait_ms, wo
                       + (read_key_file(api_key_file) if api_key_file else ()),
                       ssl_certfile, ssl_keyfile, ssl_ca_certs),
         max_connections=max_connections, threads=threads, providers=providers, name=name,
-        long_inputs=long_inputs)
+        long_inputs=long_inputs, max_model_calls=max_model_calls)
     logging.getLogger("bertonnx").setLevel(logging.INFO)
     if ray_address is not None:
-        return _serve_on_ray(ctx, model_dir, options, RayOptions(
-            ray_address, request_timeout_s=request_timeout_s, **ray_flags))
+        return _serve_on_ray(ctx, model_dir if len(models) == 1 else models, options,
+                             RayOptions(ray_address, request_timeout_s=request_timeout_s,
+                                        **ray_flags))
     for flag in ray_flags:
         if ctx.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT:
             raise click.UsageError(f"--{flag.replace('_', '-')} needs --ray ADDRESS", ctx)
     # starlette and uvicorn (the serve extra) only once the server runs: `serve --help` stays light
     from .process import run_server
 
-    return run_server(model_dir, options, log_level="debug" if debug else "warning",
+    return run_server(model_dir if len(models) == 1 else models, options,
+                      log_level="debug" if debug else "warning",
                       announce=lambda line: click.echo(line, err=True))
+
+
+def _named(ctx, model_dirs: tuple[Path, ...], names: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """(name, folder) per DIR: --name once per DIR in order, else each folder's name."""
+    if names and len(names) != len(model_dirs):
+        raise click.UsageError(f"--name is given {len(names)} time(s) for {len(model_dirs)} "
+                               "DIR(s): give it once per DIR, in order, or not at all", ctx)
+    named = list(zip(names or [Path(d).resolve().name for d in model_dirs], model_dirs))
+    for name, _ in named:
+        check_name(name)   # a folder's name too: it goes into URL paths
+    seen = [n for n, _ in named]
+    twice = sorted({n for n in seen if seen.count(n) > 1})
+    if twice:
+        raise click.UsageError(f"two models would be named {twice[0]!r}: give each DIR its own "
+                               "--name, in order", ctx)
+    return named
 
 
 def _serve_on_ray(ctx, model_dir, options: ServeOptions, ray_options: RayOptions) -> int:

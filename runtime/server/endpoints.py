@@ -43,7 +43,7 @@ class Endpoint:
     summary: str
     tag: str                     # the protocol it belongs to (the document's sections)
     tasks: tuple[str, ...] | None = None   # the tasks whose exports serve it; None: all
-    # each a function of the app's state (app._State: the pipeline served, the limits):
+    # each a function of a served model (registry.Model: its pipeline, the limits):
     request: Callable[[Any], dict] | None = None    # the body's JSON schema (None: no body)
     example: Callable[[Any], Any] | None = None     # a body that works as it is (None: none)
     response: Callable[[Any], dict] | None = None   # the schema of the 200 answer
@@ -57,13 +57,14 @@ class Endpoint:
         return self.tasks is None or task in self.tasks
 
 
-def not_served(endpoint: Endpoint, task: str) -> FieldError:
+def not_served(endpoint: Endpoint, task: str, name: str | None = None) -> FieldError:
     """The refusal for a route the export's task does not serve: 404 (the route does not exist
     for this export) with TEI's error type for a model of the wrong kind, naming the export the
-    route needs."""
+    route needs (and the model asked for, `name`, where the server has several)."""
     wanted = " or ".join(f"{t} export (of {_EXPORTS[t]})" if t in _EXPORTS else f"{t} export"
                          for t in endpoint.tasks or ())
-    return FieldError(404, f"this server serves a {task} export, which does not answer "
+    subject = f"the model {name!r} is a" if name else "this server serves a"
+    return FieldError(404, f"{subject} {task} export, which does not answer "
                            f"{endpoint.method} {endpoint.path}: that route needs a {wanted}, "
                            f"e.g. bertonnx export MODEL --task {endpoint.tasks[0]}; GET "
                            "/openapi.json lists the routes this export answers",
@@ -74,7 +75,8 @@ def check_served(endpoint: Endpoint, state) -> None:
     """FieldError(404) unless the loaded export's task serves `endpoint`."""
     task = state.pipeline.task
     if not endpoint.serves(task):
-        raise not_served(endpoint, task)
+        raise not_served(endpoint, task, state.name if getattr(state, "several", False)
+                         else None)
 
 
 # -- a parameter's JSON schema, from its record ---------------------------------------------

@@ -6,7 +6,7 @@ and LlamaIndex's OpenAI embeddings send.
                              "index", "embedding"}], "model", "usage": {"prompt_tokens",
                              "total_tokens"}}
     GET  /v1/models         {"object": "list", "data": [{"id", "object": "model", "created",
-                             "owned_by"}]}: the one model served
+                             "owned_by"}]}: every model served
     GET  /v1/models/{id}    that model, or 404
 
 Vectors are the export's sentence embeddings with its defaults, as every entry point gives
@@ -35,7 +35,7 @@ from starlette.routing import Route
 from ..core.quantize_embeddings import base64_floats
 from ..core.tensors import hidden_size
 from .protocol import Parsed, json_bytes
-from .wire import ANY_METHOD, Call, FieldError, Wire
+from .wire import ANY_METHOD, Call, FieldError, Wire, served
 
 TASK = "feature-extraction"
 FIELDS = {"input", "model", "encoding_format", "dimensions", "user"}
@@ -61,14 +61,19 @@ def error_response(status: int, message: str, kind: str, headers: dict | None = 
                                    "code": _code(kind)}}, status, headers=headers)
 
 
-def model_not_found(name: str, served: str):
+def model_not_found(name: str, names: list[str]):
     return error_response(404, f"The model {name!r} does not exist: this server serves "
-                               f"{served!r} (GET /v1/models)", "ModelNotFound",
+                               f"{served(names)} (GET /v1/models)", "ModelNotFound",
                           parameter="model")
 
 
 class EmbeddingsWire(Wire):
     name = "openai"
+    tasks = (TASK,)
+
+    def unknown_model(self, name, names):
+        return _field(f"The model {name!r} does not exist: this server serves "
+                      f"{served(names)} (GET /v1/models)", "model", 404, "ModelNotFound")
 
     def parse(self, state, request, body: bytes) -> Call:
         try:
@@ -159,7 +164,8 @@ def _encode(vector, encoding: str):
 
 
 def model_record(state) -> dict[str, Any]:
-    """The served model as OpenAI's Model object; `created` is when it was exported."""
+    """A served model (registry.Model) as OpenAI's Model object; `created` is when it was
+    exported."""
     try:
         created = int(datetime.fromisoformat(state.pipeline.folder.manifest.created).timestamp())
     except (TypeError, ValueError):
@@ -182,13 +188,15 @@ def routes(h) -> list:
                               "NotReady", {"Retry-After": "1"})
 
     async def models(request):
-        return not_ready() or JSONResponse({"object": "list", "data": [model_record(state)]})
+        return not_ready() or JSONResponse({"object": "list",
+                                            "data": [model_record(m) for m in state.models]})
 
     async def model(request):
         name = request.path_params["model"]
-        if name != state.name:
-            return model_not_found(name, state.name)
-        return not_ready() or JSONResponse(model_record(state))
+        entry = state.models.get(name)
+        if entry is None:
+            return model_not_found(name, state.models.names)
+        return not_ready() or JSONResponse(model_record(entry))
 
     async def unknown(request):
         return error_response(404, f"no route {request.method} {request.url.path}: this server "

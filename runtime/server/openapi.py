@@ -22,7 +22,9 @@ from starlette.staticfiles import StaticFiles
 
 from ..core.tasks import TASKS, pipeline_class
 from .endpoints import OPEN, Endpoint, literal, param_schema
+from .openapi_several import several
 from .v2 import VERSION
+from .wire import served
 
 try:  # Swagger UI's files (the serve extra); without them /docs says what to install
     from swagger_ui_bundle import swagger_ui_path
@@ -331,7 +333,15 @@ def routes(h, table: tuple[Endpoint, ...], components: dict) -> list:
         if not state.ready:
             return JSONResponse({"error": "the model is still loading; retry shortly",
                                  "type": "NotReady"}, 503, headers={"Retry-After": "1"})
-        return JSONResponse(document(state, table, components))
+        models, name = state.models, request.query_params.get("model")
+        if name is not None and models.get(name) is None:
+            return JSONResponse({"error": f"model {name[:80]!r} is not served here: this "
+                                          f"server serves {served(models.names)}",
+                                 "type": "ModelNotFound"}, 404)
+        if name is not None or len(models) == 1:   # one model's document
+            return JSONResponse(document(models.get(name) or models.first, table, components))
+        return JSONResponse(several([document(m, table, components) for m in models],
+                                    models.names))
 
     async def docs(request):
         if swagger_ui_path is None:

@@ -12,6 +12,7 @@ import signal
 import socket
 import ssl
 from pathlib import Path
+from typing import Sequence
 
 import uvicorn
 
@@ -21,6 +22,7 @@ from ..core.foreign import read_manifest
 from .app import create_app
 from .connections import guarded_protocol
 from .openai import TASK as EMBEDDINGS_TASK
+from .registry import ModelSource
 from .settings import ServeOptions
 
 # Descriptors the process needs besides client connections: the listening socket, the model
@@ -93,12 +95,17 @@ def announced_url(line: str) -> str | None:
     return m.group(1) if m else None
 
 
-def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
-               log_level: str = "warning", announce=print) -> int:
+def run_server(model_dir: str | Path | Sequence[tuple[str, str | Path]],
+               options: ServeOptions = ServeOptions(), *, log_level: str = "warning",
+               announce=print) -> int:
     """Serve until SIGTERM/SIGINT; returns the exit status (0 after a clean drain; DrainCut
-    when the drain timeout cut requests)."""
-    model_dir = resolve_export(model_dir)  # `default`: the shipped export (core/defaults.py)
-    manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
+    when the drain timeout cut requests). `model_dir`: one export, or (name, folder) pairs."""
+    several = not isinstance(model_dir, (str, Path))
+    # `default`: the shipped export (core/defaults.py)
+    folders = [(name, resolve_export(d)) for name, d in model_dir] if several else \
+        [(None, resolve_export(model_dir))]
+    # a wrong folder fails here, in one line
+    manifests = [read_manifest(d, verify=False) for _, d in folders]
     access = options.access
     access.check_tls()
     fit_descriptor_limit(options.max_connections)
@@ -109,7 +116,8 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
         failed.append(True)
         server.should_exit = True
 
-    app = create_app(model_dir, options, on_fatal=on_fatal)
+    app = create_app([ModelSource(name, d) for name, d in folders] if several
+                     else folders[0][1], options, on_fatal=on_fatal)
     state = app.state.bertonnx
     timeouts = options.timeouts
     config = uvicorn.Config(
@@ -126,8 +134,17 @@ def run_server(model_dir: str | Path, options: ServeOptions = ServeOptions(), *,
     host, port = sock.getsockname()[:2]
     scheme = "https" if access.tls else "http"
     keys = f", {len(access.api_keys)} API key(s) required" if access.api_keys else ""
-    announce(f"bertonnx: serving {model_dir} ({manifest.task}) as {state.name} on "
-             f"{scheme}://{host}:{port} — {served_routes(manifest.task, state.name)}{keys}")
+    if several:
+        for (name, d), manifest in zip(folders, manifests):
+            announce(f"bertonnx: model {name} ({manifest.task}) from {d}: "
+                     f"{served_routes(manifest.task, name)}")
+        announce(f"bertonnx: serving {len(folders)} models on {scheme}://{host}:{port} — "
+                 f"name one in `model` (GET /v1/models){keys}")
+    else:
+        manifest = manifests[0]
+        announce(f"bertonnx: serving {folders[0][1]} ({manifest.task}) as {state.name} on "
+                 f"{scheme}://{host}:{port} — {served_routes(manifest.task, state.name)}"
+                 f"{keys}")
     # uvicorn drains on SIGTERM, then re-raises the signal so the default action would kill
     # the process with status 143; by then the drain is done, so ours just lets it return.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)

@@ -80,7 +80,8 @@ def parse_request(task: str, body: bytes, allowed: frozenset[str] | None,
         raise ClientError(400, f"body is not valid JSON ({str(e)[:120]})") from None
     if not isinstance(data, dict):
         raise ClientError(400, 'body must be a JSON object {"inputs": ..., "parameters": {...}}')
-    extra = set(data) - {"inputs", "parameters"}
+    # `model`: which of the server's models answers (app.py picks it by this name)
+    extra = set(data) - {"inputs", "parameters", "model"}
     if extra:
         raise ClientError(400, f"unknown body fields {sorted(extra)}; "
                                'only "inputs" and "parameters" are read')

@@ -49,6 +49,7 @@ from ..core.ports import free_ports
 from ..ray.cluster import join
 from .app import create_app
 from .protocol import error_body
+from .registry import ModelSource
 from .relay import HttpRequest, HttpResponse, Lifespan, exchange
 from .settings import RayOptions, ServeOptions
 
@@ -64,11 +65,13 @@ _BACKSTOP_S = 10.0
 
 
 class ModelReplica:
-    """One replica: the server's whole app in process, its model loaded before Ray routes
-    requests to it."""
+    """One replica: the server's whole app in process, its models loaded before Ray routes
+    requests to it. `model_dir`: one export folder, or (name, folder) pairs, every replica
+    serving them all (one process, one session each, requests routed by `model`)."""
 
-    async def __init__(self, model_dir: str, options: ServeOptions):
-        self.app = create_app(model_dir, options)
+    async def __init__(self, model_dir: str | list[tuple[str, str]], options: ServeOptions):
+        self.app = create_app(model_dir if isinstance(model_dir, str) else
+                              [ModelSource(name, Path(d)) for name, d in model_dir], options)
         self.lifespan = Lifespan(self.app)
         await self.lifespan.startup()
 
@@ -196,13 +199,16 @@ def replica_options(options: ServeOptions, ray_options: RayOptions) -> ServeOpti
     return dataclasses.replace(options, threads=threads)
 
 
-def application(model_dir: Path, options: ServeOptions, ray_options: RayOptions):
+def application(model_dir: Path | list[tuple[str, Path]], options: ServeOptions,
+                ray_options: RayOptions):
     """The bound Serve application: the ingress in front of the model replicas."""
+    model_dir = str(model_dir) if isinstance(model_dir, Path) else [
+        (name, str(d)) for name, d in model_dir]
     model = serve.deployment(ModelReplica, name="model", **replica_config(options, ray_options))
     ingress = serve.deployment(Ingress, name="ingress", num_replicas=1,
                                max_ongoing_requests=options.max_connections,
                                ray_actor_options={"num_cpus": 0}, logging_config=_LOGGING)
-    return ingress.bind(model.bind(str(model_dir), replica_options(options, ray_options)),
+    return ingress.bind(model.bind(model_dir, replica_options(options, ray_options)),
                         options, ray_options)
 
 
@@ -212,15 +218,23 @@ def application(model_dir: Path, options: ServeOptions, ray_options: RayOptions)
 def serve_on_ray(model_dir, options: ServeOptions, ray_options: RayOptions, *,
                  announce=print) -> int:
     """Deploy on the cluster, serve until SIGTERM/SIGINT, then delete the application
-    (replicas answer what they hold first). Returns the exit status."""
-    model_dir = resolve_export(model_dir).resolve()   # replicas start in other directories
-    manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
+    (replicas answer what they hold first). Returns the exit status. `model_dir`: one export,
+    or (name, folder) pairs served together by every replica."""
+    # replicas start in other directories: absolute paths
+    if isinstance(model_dir, (str, Path)):
+        model_dir = resolve_export(model_dir).resolve()
+        folders = [model_dir]
+    else:
+        model_dir = [(name, resolve_export(d).resolve()) for name, d in model_dir]
+        folders = [d for _, d in model_dir]
+    # a wrong folder fails here, in one line
+    tasks = [read_manifest(d, verify=False).task for d in folders]
     port = options.port or free_ports(options.host, 1)[0]
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.WARNING)
     join(ray_options.address)
     try:
-        return _serve(model_dir, manifest.task, port, options, ray_options, announce)
+        return _serve(model_dir, ", ".join(tasks), port, options, ray_options, announce)
     finally:
         ray.shutdown()
 
@@ -243,7 +257,9 @@ def _serve(model_dir, task, port, options, ray_options, announce) -> int:
         raise
     scale = (f"{ray_options.bounds[0]}-{ray_options.bounds[1]} replicas (autoscaling)"
              if ray_options.autoscaling else f"{ray_options.replicas} replica(s)")
-    announce(f"bertonnx: serving {model_dir} ({task}) on http://{host}:{port} with Ray Serve, "
+    served = model_dir if isinstance(model_dir, Path) else ", ".join(
+        f"{d} as {name}" for name, d in model_dir)
+    announce(f"bertonnx: serving {served} ({task}) on http://{host}:{port} with Ray Serve, "
              f"{scale} — POST /predict, GET /health, GET /metrics")
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())

@@ -197,6 +197,9 @@ class ServeOptions:
     # a text past the model with TEI's truncate false: refused (TEI's 422) or windowed into
     # one vector (feature-extraction's long_inputs="chunk"); LONG_INPUTS
     long_inputs: str = "refuse"
+    # model calls at once across every model served (None: --workers, one more when several
+    # models are served, so one model busy on all its workers leaves a slot for the others)
+    max_model_calls: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
@@ -205,10 +208,27 @@ class ServeOptions:
         if self.long_inputs not in LONG_INPUTS:
             raise InputError(f"--long-inputs must be one of {', '.join(LONG_INPUTS)}, got "
                              f"{self.long_inputs!r}", "pass --long-inputs chunk, or leave it out")
-        if self.name is not None and not _NAME.fullmatch(self.name):
-            raise InputError(f"--name {self.name!r} is not a model name: it goes into URL paths "
-                             "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
-                             "200), e.g. --name minilm")
+        if self.name is not None:
+            check_name(self.name)
+        if self.max_model_calls is not None and (not isinstance(self.max_model_calls, int)
+                                                 or self.max_model_calls < 1):
+            raise InputError(f"--max-model-calls must be ≥ 1, got {self.max_model_calls!r}",
+                             "pass e.g. --max-model-calls 2")
+
+    def model_calls(self, models: int) -> int:
+        """The shared bound on model calls at once for `models` models served."""
+        if self.max_model_calls is not None:
+            return self.max_model_calls
+        return self.batch.workers + (models > 1)
+
+
+def check_name(name: str) -> str:
+    """`name` if it can name a model (it goes into URL paths), else InputError."""
+    if not _NAME.fullmatch(name):
+        raise InputError(f"--name {name!r} is not a model name: it goes into URL paths "
+                         "(/v2/models/NAME)", "use letters, digits and . _ - : (at most "
+                         "200), e.g. --name minilm")
+    return name
 
 
 # What a request that asks not to truncate gets for a text past the model's length.

@@ -52,7 +52,7 @@ MODEL_TYPES = {"feature-extraction": "embedding", "sparse-embedding": "embedding
 # our kinds of refusal -> TEI's (status, error_type); any other client error is 422 validation
 _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              "PayloadTooLarge": (413, "Validation"), "Timeout": (408, "Validation"),
-             "NotServed": (404, "Backend"),
+             "NotServed": (404, "Backend"), "ModelNotFound": (404, "Validation"),
              # TEI answers a bad key with an empty 401; ours carries its ErrorResponse (auth.py)
              "InvalidApiKey": (401, "Validation")}
 _DTYPES = {"none": "float32", "fp16": "float16", "int8": "int8"}
@@ -96,7 +96,8 @@ def read_object(body: bytes, known: frozenset[str], required: tuple[str, ...]) -
                          "InvalidJson") from None
     if not isinstance(data, dict):
         raise invalid(f"the body must be a JSON object with {', '.join(map(repr, required))}")
-    extra = sorted(set(data) - known)
+    # `model`, on every route: which of the server's models answers (app.py picks it)
+    extra = sorted(set(data) - known - {"model"})
     if extra:
         raise invalid(f"unknown field(s) {', '.join(map(repr, extra))}; this route reads "
                       f"{', '.join(sorted(known))}", extra[0])

@@ -19,7 +19,7 @@ from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire
                           InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
 from . import multi_vector
-from .wire import PREDICT
+from .wire import PREDICT, FieldError
 
 STRING = {"type": "string"}
 NULL = {"type": "null"}
@@ -299,6 +299,7 @@ WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
          "/decode": DecodeWire(DECODE), "/embed_multi": multi_vector.WIRE}
 TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
 INFERENCE_API = InferenceApiWire()
+INFO_WIRE = TokenizeWire(INFO_ENDPOINT)   # /info's refusals of a model name: TEI's
 # task -> the TEI route POST / answers it with (as TEI's router does by the model's kind); what
 # else branches on the task reads this table
 _BY_KIND = {"feature-extraction": WIRES["/embed"], "sparse-embedding": WIRES["/embed_sparse"],
@@ -370,10 +371,15 @@ def routes(h) -> list:
         if not state.ready or state.draining:
             return error(503, "the model is still loading; retry shortly" if not state.ready
                          else "the server is shutting down", "NotReady", {"Retry-After": "1"})
-        if not INFO_ENDPOINT.serves(state.pipeline.task):
-            e = not_served(INFO_ENDPOINT, state.pipeline.task)
+        try:   # ?model=NAME, else the one model /info serves
+            model = state.models.pick(request.query_params.get("model"), INFO_ENDPOINT.tasks,
+                                      "/info", INFO_WIRE.unknown_model)
+        except FieldError as e:
             return error(e.status, e.message, e.kind)
-        return JSONResponse(info(state))
+        if not INFO_ENDPOINT.serves(model.task):
+            e = not_served(INFO_ENDPOINT, model.task, model.name if model.several else None)
+            return error(e.status, e.message, e.kind)
+        return JSONResponse(info(model))
 
     return [*(Route(path, inference(wire), methods=["POST"]) for path, wire in WIRES.items()),
             Route("/info", get_info, methods=["GET"]),

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from ..core.parameters import check
 from ..core.tensors import BYTES, HIDDEN, TaskTensors, Tensor, hidden_size
 from .protocol import ClientError, Parsed
-from .wire import ANY_METHOD, Call, Wire
+from .wire import ANY_METHOD, Call, Wire, served
 
 VERSION = "1"                     # the one version of the one model served
 EXTENSIONS = ("binary_tensor_data",)
@@ -68,6 +68,12 @@ class Answer:
 
 class InferWire(Wire):
     name = "v2"
+
+    def model_of(self, request, body: bytes):
+        return request.path_params["name"]   # the protocol names the model in its path
+
+    def unknown_model(self, name, names):
+        return _bad(f"unknown model {name!r}: this server serves {served(names)}", 404)
 
     def parse(self, state, request, body: bytes) -> Call:
         check_model(request, state.name)
@@ -345,11 +351,15 @@ def routes(h) -> list:
 
     def model_route(answer):
         async def endpoint(request):
+            name = request.path_params["name"]
+            model = state.models.get(name)
             try:
-                check_model(request, state.name)
+                if model is None:
+                    raise INFER.unknown_model(name, state.models.names)
+                check_model(request, model.name)
             except ClientError as e:
                 return refusal(e.status, e.message)
-            return unready() or answer()
+            return unready() or answer(model)
         return endpoint
 
     async def infer(request):
@@ -358,8 +368,8 @@ def routes(h) -> list:
     async def unknown(request):
         return refusal(404, f"no route {request.method} {request.url.path}")
 
-    metadata_ = model_route(lambda: JSONResponse(model_metadata(state)))
-    model_ready = model_route(lambda: JSONResponse({"name": state.name, "ready": True}))
+    metadata_ = model_route(lambda model: JSONResponse(model_metadata(model)))
+    model_ready = model_route(lambda model: JSONResponse({"name": model.name, "ready": True}))
     out = [Route("/v2", server, methods=["GET"]),
            Route("/v2/health/live", live, methods=["GET"]),
            Route("/v2/health/ready", ready, methods=["GET"])]

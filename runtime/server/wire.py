@@ -18,6 +18,7 @@ so a request merged into a batch with requests of another protocol gets the same
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +58,35 @@ class Wire:
     the three methods."""
 
     name = "predict"
+    endpoint = None   # the route's endpoints.Endpoint, where the wire serves one route
+
+    @property
+    def tasks(self) -> tuple[str, ...] | None:
+        """The tasks whose exports answer this wire's route (None: every task): a request
+        that names no model goes to the one model of these (registry.Registry.pick)."""
+        return self.endpoint.tasks if self.endpoint is not None else None
+
+    def model_of(self, request, body: bytes):
+        """The model the request names: its body's `model` (None: it names none). Only a
+        body that holds the word is read for it, so one served model costs no second read."""
+        if b'"model"' not in body:
+            return None
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            return None   # the wire's parse says what is wrong with it
+        return data.get("model") if isinstance(data, dict) else None
+
+    def unknown_model(self, name, names: list[str]) -> ClientError:
+        """The refusal (404) of a model name that no model here has."""
+        return FieldError(404, f"model {str(name)[:80]!r} is not served here: this server "
+                               f"serves {served(names)} (GET /v1/models)", "model",
+                          "ModelNotFound")
 
     def parse(self, state, request, body: bytes) -> Call:
-        """The request read (ClientError / InputError for what is wrong). `state` is the app's
-        (app._State: the pipeline, the parameters it takes, the limits, the served name)."""
+        """The request read (ClientError / InputError for what is wrong). `state` is the model
+        the request is for (registry.Model: the pipeline, the parameters it takes, the
+        limits, the served name)."""
         return Call(parse_request(state.pipeline.task, body, state.allowed,
                                   state.options.limits.max_inputs))
 
@@ -79,6 +105,11 @@ class Wire:
               parameter: str | None = None):
         return Response(error_body(message, kind), status, media_type="application/json",
                         headers=headers)
+
+
+def served(names) -> str:
+    """Model names as a message lists them: 'a', 'b'."""
+    return ", ".join(map(repr, names))
 
 
 PREDICT = Wire()

@@ -1,10 +1,11 @@
 """`bertonnx serve DIR --engine triton`: the export on a real Triton server, in one command.
 
 Writes the pipeline model (pipeline_repository.py, the export linked, not copied) into a scratch
-repository, starts the bundled tritonserver on it (launch.py), announces its address once it is
-ready, forwards SIGINT/SIGTERM to it, and when it exits removes the scratch folder and any
-shared memory its stubs left. The model is named as `bertonnx serve` names it (--name, else the
-export folder's name) and speaks the same Open Inference Protocol tensors as bertonnx's /v2.
+repository (one model per export: `serve A B --engine triton` serves both), starts the bundled
+tritonserver on it (launch.py), announces its address once it is ready, forwards SIGINT/SIGTERM
+to it, and when it exits removes the scratch folder and any shared memory its stubs left. A
+model is named as `bertonnx serve` names it (--name, else the export folder's name) and speaks
+the same Open Inference Protocol tensors as bertonnx's /v2.
 """
 from __future__ import annotations
 
@@ -35,20 +36,27 @@ class TritonServeOptions:
     exit_timeout_s: int = 10
 
 
-def serve_triton(model_dir: str | Path, opts: TritonServeOptions = TritonServeOptions(), *,
-                 announce=print) -> int:
-    """Serve until tritonserver exits (SIGINT/SIGTERM are passed on); returns the exit status."""
-    model_dir = resolve_export(model_dir)
-    manifest = read_manifest(model_dir, verify=False)  # a wrong folder fails here, in one line
-    name = opts.name or model_dir.resolve().name
+def serve_triton(model_dir: str | Path | list[tuple[str, str | Path]],
+                 opts: TritonServeOptions = TritonServeOptions(), *, announce=print) -> int:
+    """Serve until tritonserver exits (SIGINT/SIGTERM are passed on); returns the exit status.
+    `model_dir`: one export, or (name, folder) pairs: one Triton model each, in one
+    repository (Triton routes by the model's name in the path)."""
+    if isinstance(model_dir, (str, Path)):
+        folder = resolve_export(model_dir)
+        models = [(opts.name or folder.resolve().name, folder)]
+    else:
+        models = [(name, resolve_export(d)) for name, d in model_dir]
+    # a wrong folder fails here, in one line
+    tasks = [read_manifest(d, verify=False).task for _, d in models]
     with tempfile.TemporaryDirectory(prefix="bertonnx-triton-") as scratch:
         scratch = Path(scratch)
         ports = Ports.choose(opts.host, opts.port, opts.grpc_port, opts.metrics_port)
         server = TritonServer(scratch / "models", scratch, ports, host=opts.host,
                               python=opts.python, exit_timeout_s=opts.exit_timeout_s)
-        write_repository(model_dir, scratch / "models", TritonOptions(
-            name=name, max_batch_size=opts.max_batch_size, instances=opts.instances,
-            max_wait_ms=opts.max_wait_ms, threads=opts.threads, link=True))
+        for name, folder in models:
+            write_repository(folder, scratch / "models", TritonOptions(
+                name=name, max_batch_size=opts.max_batch_size, instances=opts.instances,
+                max_wait_ms=opts.max_wait_ms, threads=opts.threads, link=True))
         stopping = []
 
         def forward(signum, frame):
@@ -58,10 +66,12 @@ def serve_triton(model_dir: str | Path, opts: TritonServeOptions = TritonServeOp
         previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             server.start(opts.ready_timeout_s)
-            announce(f"bertonnx: Triton serving {model_dir} ({manifest.task}) as {name} on "
+            served = ", ".join(f"{folder} ({task}) as {name}"
+                               for (name, folder), task in zip(models, tasks))
+            infer = ", ".join(f"/v2/models/{name}/infer" for name, _ in models)
+            announce(f"bertonnx: Triton serving {served} on "
                      f"{server.url} — gRPC {server.client_host}:{ports.grpc}, metrics "
-                     f"http://{server.client_host}:{ports.metrics}/metrics; "
-                     f"POST /v2/models/{name}/infer")
+                     f"http://{server.client_host}:{ports.metrics}/metrics; POST {infer}")
             code = server.proc.wait()
         except BaseException:
             if stopping:  # interrupted while starting: stopped, as asked

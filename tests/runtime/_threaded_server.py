@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -16,12 +17,19 @@ from bertonnx.runtime.server import ServeOptions, bind, create_app
 @contextmanager
 def threaded_server(pipeline, name: str, options: ServeOptions | None = None,
                     timeout: float = 30.0):
-    """Yields the base URL of a server answering with `pipeline` as model `name`; stops it
-    (and joins its thread) on exit."""
+    """Yields the base URL of a server answering with `pipeline` as model `name` (or, with
+    `pipeline` a dict name -> pipeline, with several models); stops it (and joins its thread)
+    on exit."""
     import uvicorn
 
+    from bertonnx.runtime.server.registry import ModelSource
+
     options = options or ServeOptions(name=name)
-    app = create_app(f"/nonexistent/{name}", options, loader=lambda: pipeline)
+    if isinstance(pipeline, dict):
+        app = create_app([ModelSource(n, Path(f"/nonexistent/{n}"), lambda p=p: p)
+                          for n, p in pipeline.items()], options)
+    else:
+        app = create_app(f"/nonexistent/{name}", options, loader=lambda: pipeline)
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -15,7 +15,7 @@ import sys
 import time
 
 from bertonnx.runtime.cli.main import main
-from bertonnx.runtime.server import app
+from bertonnx.runtime.server import registry
 
 
 class Gated:
@@ -40,8 +40,8 @@ class Gated:
 
 def run() -> int:
     gate = os.environ["BERTONNX_TEST_GATE"]
-    load = app._Handlers.load
-    app._Handlers.load = lambda self: Gated(load(self), gate)
+    load = registry.Model.load   # each served model's loader
+    registry.Model.load = lambda self: Gated(load(self), gate)
     return main(["serve", *sys.argv[1:]])
 
 

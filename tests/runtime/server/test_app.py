@@ -106,7 +106,8 @@ def test_allowed_parameters_come_from_the_task_record():
     # batching is the server's; arrays mean nothing in JSON
     assert "batch_size" not in allowed_parameters(type("P", (), {"task": "text-classification"}))
     assert allowed_parameters(type("P", (), {"task": "feature-extraction"})) == frozenset(
-        {"pooling", "normalize", "prompt_name", "prompt", "truncation_direction"})
+        {"pooling", "normalize", "dimensions", "prompt_name", "prompt", "truncation_direction",
+         "long_inputs"})
 
 
 @pytest.mark.parametrize("task, inputs, ok", [

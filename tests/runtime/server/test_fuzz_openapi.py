@@ -151,3 +151,29 @@ def test_every_served_route_is_in_the_document(task, ours):
     assert not unrecorded, (f"served but in no /openapi.json (give each an Endpoint record in "
                             f"runtime/server/app.ENDPOINTS): {unrecorded}")
     assert not answered, f"answered on a {task} export, but not in its document: {answered}"
+
+
+def test_several_models_keep_their_document(ours):
+    """Two models in one app (an embedder, a cross-encoder): the merged document, fuzzed."""
+    from pathlib import Path
+
+    from bertonnx.runtime.server.registry import ModelSource
+
+    pipes = {"emb": ours("feature-extraction"), "rank": ours("text-ranking")}
+    app = create_app([ModelSource(n, Path("unused"), lambda p=p: p) for n, p in pipes.items()],
+                     ServeOptions())
+    try:
+        with ASGIClient(app) as client:
+            deadline = time.monotonic() + 10
+            while client.get("/health").status_code != 200:
+                assert time.monotonic() < deadline, "the models did not load"
+                time.sleep(0.01)
+        schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+        operations = [result.ok() for result in schema.get_all_operations()]
+        found = [_fuzz(op, GenerationMode.POSITIVE) for op in operations]
+        found += [_fuzz(op, GenerationMode.NEGATIVE) for op in operations
+                  if {"requestBody", "parameters"} & set(op.definition.raw)]
+        found = [f for f in found if f is not None]
+        assert not found, "\n\n".join(found)
+    finally:
+        shutdown_lifespans()

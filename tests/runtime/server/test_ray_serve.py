@@ -207,6 +207,20 @@ def test_a_replica_runs_the_engine_asked_for(cluster, tiny_export):
         assert server.terminate() == 0, server.log
 
 
+@needs_ray
+def test_a_replica_serves_several_models(cluster, tiny_export, ours):
+    """`serve A B --ray`: one replica holds both, routed by `model` or by the route's task."""
+    embedder, ranker = tiny_export("feature-extraction"), tiny_export("text-ranking")
+    with LiveServer.serve(embedder, ranker, "--name", "e", "--name", "r", "--ray",
+                          cluster.address, "--replicas", "1", ready_timeout=120) as server:
+        r = httpx.post(server.url + "/embed", json={"inputs": TEXTS, "model": "e"}, timeout=30)
+        assert_close(r.json(), jsonable(ours("feature-extraction")(TEXTS)), 1e-6)
+        r = httpx.post(server.url + "/rerank", json={"query": "a", "texts": TEXTS}, timeout=30)
+        assert [x["index"] for x in r.json()] == [w["corpus_id"] for w in
+                                                  ours("text-ranking")("a", TEXTS)]
+        assert server.terminate() == 0, server.log
+
+
 def test_replicas_that_fit_nowhere_are_one_line_not_a_wait(cluster, tiny_export):
     """More CPUs per replica than the cluster has: the command stops within
     --deploy-timeout-s with one line naming what it asked and what the cluster has, and
