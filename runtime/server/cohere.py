@@ -25,7 +25,8 @@ V2RerankResponse type.
 The vectors are the export's defaults (`pipe(texts)`), after the prompt `input_type` names
 where the model folder has one (INPUT_PROMPTS; otherwise its default prompt, as Cohere's older
 models ignore input_type). `output_dimension` is the pipeline's `dimensions`; `truncate` START
-cuts a long text's start, END (Cohere's default) its end, NONE refuses it; `max_tokens` cuts
+cuts a long text's start, END (Cohere's default) its end, NONE refuses it (serve --long-inputs
+chunk: embeds it whole as windows, x-windows counting them); `max_tokens` cuts
 each text to that many tokens first. The embedding types are
 runtime/core/quantize_embeddings.py's: int8/uint8 with the ranges calibrated at export for that
 width (an export without them is refused: export it again). Reference: the cohere SDK's v2
@@ -43,7 +44,7 @@ from starlette.routing import Route
 from ..core.quantize_embeddings import RANGED, base64_floats, quantize
 from .endpoints import Endpoint, check_served
 from .protocol import Parsed
-from .wire import Call, FieldError, Wire, served
+from .wire import Call, FieldError, Wire, served, with_windows
 
 TAG = "Cohere"
 FIELDS = frozenset({"model", "query", "documents", "top_n", "max_tokens_per_doc",
@@ -232,6 +233,9 @@ class EmbedWire(CohereWire):
         params = {"truncation_direction": TRUNCATE[truncate],
                   **({"prompt_name": names[0]} if names else {}),
                   **({} if dimensions is None else {"dimensions": dimensions})}
+        if truncate == "NONE" and state.options.long_inputs == "chunk":
+            params["long_inputs"] = "chunk"   # windowed into one vector instead of refused
+            truncate = "CHUNK"
         return Call(Parsed(texts, False, params),
                     (truncate, list(dict.fromkeys(types)), given, ranges))
 
@@ -262,7 +266,8 @@ class EmbedWire(CohereWire):
                 "embeddings": embeddings, "texts": texts,
                 "meta": {"api_version": {"version": "2"},
                          "billed_units": {"input_tokens": work.tokens}}}
-        return Response(json.dumps(body).encode(), 200, media_type="application/json")
+        return with_windows(Response(json.dumps(body).encode(), 200,
+                                     media_type="application/json"), work)
 
 
 RESPONSE = {"type": "object", "required": ["id", "results"], "properties": {

@@ -42,7 +42,7 @@ from ..core.tensors import hidden_size
 from .endpoints import Endpoint, check_served
 from .protocol import Parsed, json_bytes
 from .settings import flag
-from .wire import Call, FieldError, Wire
+from .wire import Call, FieldError, Wire, with_windows
 
 TAG = "Text Embeddings Inference"
 # the exports /info describes as TEI's kinds of model: each answers that kind's TEI routes
@@ -222,10 +222,7 @@ class EmbedWire(TeiWire):
         return work
 
     def respond(self, answer, call: Call, work):
-        response = respond_json(answer)
-        if work is not None and work.windows:   # how many windows each input became
-            response.headers[WINDOWS_HEADER] = ",".join(map(str, work.windows))
-        return response
+        return with_windows(respond_json(answer), work)
 
 
 @dataclass(frozen=True)
@@ -288,10 +285,6 @@ def simple_tokens(encoding, text: str) -> list[dict]:
             start, stop = int(to_byte[start]), int(to_byte[stop])
         out.append({"id": id_, "text": piece, "special": False, "start": start, "stop": stop})
     return out
-
-
-# --long-inputs chunk: each input's window count, in input order ("1,3,1")
-WINDOWS_HEADER = "x-windows"
 
 
 def respond_json(value) -> Response:

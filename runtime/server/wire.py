@@ -113,3 +113,15 @@ def served(names) -> str:
 
 
 PREDICT = Wire()
+
+
+# --long-inputs chunk: each input's window count, in input order ("1,3,1")
+WINDOWS_HEADER = "x-windows"
+
+
+def with_windows(response, work):
+    """The response, saying how many windows each input became where long inputs were
+    windowed (pipelines/chunks.py) rather than truncated or refused."""
+    if work is not None and work.windows:
+        response.headers[WINDOWS_HEADER] = ",".join(map(str, work.windows))
+    return response

@@ -107,6 +107,20 @@ def test_truncate(client, pipe, url):
                                   np.asarray(pipe(["in paris"]), np.float32))
 
 
+def test_truncate_none_with_long_inputs_chunk_windows_the_text(pipe):
+    """serve --long-inputs chunk: truncate NONE windows a text past the model (the library's
+    long_inputs="chunk") instead of refusing it; the x-windows header counts the windows."""
+    options = ServeOptions(name=NAME, long_inputs="chunk", limits=Limits(max_tokens=400))
+    with threaded_server(pipe, NAME, options) as u:
+        got = cohere.ClientV2(base_url=u, api_key="unused").with_raw_response.embed(
+            model=NAME, input_type="clustering", texts=["a", LONG], truncate="NONE")
+        windows = got.headers["x-windows"].split(",")
+        assert windows[0] == "1" and int(windows[1]) > 1
+        np.testing.assert_array_equal(
+            np.asarray(got.data.embeddings.float_, np.float32),
+            np.asarray(pipe(["a", LONG], long_inputs="chunk"), np.float32))
+
+
 def _refused(client, status, message, **kw):
     error = {400: cohere.BadRequestError, 404: cohere.NotFoundError,
              422: cohere.UnprocessableEntityError}[status]
