@@ -163,6 +163,14 @@ def test_retrieval_commands_from_the_wheel(user_venv, tiny_export, ours, prompte
     got = _wheel_json(bin_, "embed", prompted_embedder, texts[1], "--prompt-name", "query")
     assert_same(got, embed(texts[1], prompt_name="query"))
     assert max(abs(a - b) for a, b in zip(got, embed(texts[1]))) > 1e-3   # the prompt counted
+    # issue 42: Matryoshka cuts, windows of a text past the model, ColBERT token vectors
+    long = " ".join(["the cat sat on the mat"] * 20)
+    assert_same(_wheel_json(bin_, "embed", prompted_embedder, long, "--dimensions", "8",
+                            "--long-inputs", "chunk"),
+                embed(long, dimensions=8, long_inputs="chunk"))
+    colbert = tiny_export("multi-vector")
+    assert_same(_wheel_json(bin_, "embed-multi", colbert, *texts, "--is-query"),
+                [v.tolist() for v in load(colbert)(texts, is_query=True)])
 
 
 def test_the_serve_extra_brings_the_docs_page_assets(user_venv):
