@@ -217,8 +217,13 @@ class LoadedCheckpoint:
         if as_loaded(self.head_other_task):
             record["trained_for"] = self.trained_for
             record["other_task"] = as_loaded(self.head_other_task)
-        if as_loaded(self.head_initialised):
-            record["initialised"] = as_loaded(self.head_initialised)
+        # a pooler drawn at load (reported, as transformers reports it) feeds no output of a
+        # head that does not read it (feature-extraction's): not an untrained head there
+        reads_pooler = getattr(self.model.head, "reads_pooler", True)
+        initialised = [k for k in self.head_initialised
+                       if reads_pooler or not k.startswith("encoder.pooler.")]
+        if as_loaded(initialised):
+            record["initialised"] = as_loaded(initialised)
         return record
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
@@ -284,8 +289,6 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
             + (f" (+{len(body) - 8} more)" if len(body) > 8 else ""),
             "the checkpoint is incomplete; re-download or re-save it")
     model.load_state_dict(ours, strict=False)
-    if not getattr(model.head, "reads_pooler", True):   # drawn, but feeding no output
-        missing = [k for k in missing if not k.startswith("encoder.pooler.")]
     trained_for = task_of_architectures(read_json_object(folder / "config.json", "restore the "
                                                          "file").get("architectures"))
     other_task = ()

@@ -25,7 +25,8 @@ from starlette.responses import Response
 from ..core.tasks import TASKS
 from .endpoints import Endpoint, check_served, param_schema
 from .protocol import Parsed, json_bytes
-from .tei import TAG, TeiWire, invalid, read_bool, read_object, read_texts
+from .tei import (TAG, TeiWire, invalid, object_schema, read_bool, read_object, read_texts,
+                  texts_schema)
 from .wire import Call
 
 FORMATS = ("float", "base64")
@@ -61,10 +62,8 @@ class EmbedMultiWire(TeiWire):
 
 
 def embed_multi_request(state) -> dict:
-    from .tei_routes import _object, texts_schema   # at call time: tei_routes imports this
-
     params = TASKS["multi-vector"].parameters
-    return _object({
+    return object_schema({
         "inputs": texts_schema(state),
         "is_query": param_schema(params["is_query"], state.pipeline, default=False),
         "normalize": param_schema(params["normalize"], state.pipeline, default=True),

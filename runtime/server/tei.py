@@ -87,6 +87,23 @@ VALIDATION = "Input validation error: "
 
 # -- reading a request -----------------------------------------------------------------------
 
+STRING = {"type": "string"}
+
+
+def texts_schema(state, field: str = "inputs") -> dict:
+    """The JSON schema of TEI's `inputs`: a text or a list of texts, within --max-inputs."""
+    limit = state.options.limits.max_inputs
+    return {"description": f"A text, or a list of at most {limit} texts (--max-inputs).",
+            "anyOf": [STRING, {"type": "array", "items": STRING, "minItems": 1,
+                               "maxItems": limit}]}
+
+
+def object_schema(properties: dict, required: list[str]) -> dict:
+    """The JSON schema of a TEI request body: these fields, no others (read_object's rule)."""
+    return {"type": "object", "properties": properties, "required": required,
+            "additionalProperties": False}
+
+
 def read_object(body: bytes, known: frozenset[str], required: tuple[str, ...]) -> dict:
     """The body as a JSON object holding only `known` fields and every `required` one."""
     try:

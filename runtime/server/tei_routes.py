@@ -14,23 +14,16 @@ from starlette.routing import Route
 from ..core.tasks import TASKS
 from ..core.tensors import hidden_size
 from .endpoints import Endpoint, not_served, param_schema
-from .tei import MODEL_TYPES, TAG, EmbedWire, TokenizeWire, error, info
+from .tei import (MODEL_TYPES, STRING, TAG, EmbedWire, TokenizeWire, error, info, object_schema,
+                  texts_schema)
 from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire,
                           InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
 from . import multi_vector
 from .wire import PREDICT, FieldError
 
-STRING = {"type": "string"}
 NULL = {"type": "null"}
 EXAMPLE = "What is Deep Learning?"
-
-
-def texts_schema(state, field: str = "inputs") -> dict:
-    limit = state.options.limits.max_inputs
-    return {"description": f"A text, or a list of at most {limit} texts (--max-inputs).",
-            "anyOf": [STRING, {"type": "array", "items": STRING, "minItems": 1,
-                               "maxItems": limit}]}
 
 
 TRUNCATE = {"anyOf": [{"type": "boolean"}, NULL], "default": None,
@@ -53,7 +46,7 @@ def embed_request(state) -> dict:
     pipe = state.pipeline
     normalize = param_schema(TASKS[pipe.task].parameters["normalize"], pipe, default=True)
     width = hidden_size(pipe)
-    return _object({
+    return object_schema({
         "inputs": texts_schema(state), "normalize": normalize, "truncate": TRUNCATE,
         "truncation_direction": DIRECTION, **_prompt(state),
         "dimensions": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": width}, NULL],
@@ -66,7 +59,7 @@ def embed_request(state) -> dict:
 def rerank_request(state) -> dict:
     params = TASKS[state.pipeline.task].parameters
     limit = state.options.limits.max_inputs
-    return _object({
+    return object_schema({
         "query": {**STRING, "description": "What the texts are ranked for."},
         "texts": {"type": "array", "items": STRING, "minItems": 1, "maxItems": limit,
                   "description": f"The texts to rank: at most {limit} (--max-inputs)."},
@@ -79,12 +72,12 @@ def rerank_request(state) -> dict:
 
 
 def sparse_request(state) -> dict:
-    return _object({"inputs": texts_schema(state), "truncate": TRUNCATE,
+    return object_schema({"inputs": texts_schema(state), "truncate": TRUNCATE,
                     "truncation_direction": DIRECTION, **_prompt(state)}, ["inputs"])
 
 
 def tokenize_request(state) -> dict:
-    return _object({"inputs": texts_schema(state),
+    return object_schema({"inputs": texts_schema(state),
                     "add_special_tokens": {"type": "boolean", "default": True,
                                            "description": "Add the model's [CLS]/[SEP] (or "
                                                           "its family's) special tokens."},
@@ -98,7 +91,7 @@ SEQUENCE = {"type": "array", "items": STRING, "minItems": 1, "maxItems": 2,
 def tei_predict_request(state) -> dict:
     """TEI's PredictRequest."""
     limit = state.options.limits.max_inputs
-    return _object({
+    return object_schema({
         "inputs": {"description": "A text, a [text, pair], or a batch of [text] and "
                                   f"[text, pair] lists (at most {limit}, --max-inputs).",
                    "anyOf": [STRING, SEQUENCE, {"type": "array", "items": SEQUENCE,
@@ -114,8 +107,8 @@ def tei_predict_request(state) -> dict:
 
 def similarity_request(state) -> dict:
     limit = state.options.limits.max_inputs
-    return _object({
-        "inputs": _object({
+    return object_schema({
+        "inputs": object_schema({
             "source_sentence": {**STRING, "description": "What the sentences are compared "
                                                          "with."},
             "sentences": {"type": "array", "items": STRING, "minItems": 1,
@@ -123,50 +116,45 @@ def similarity_request(state) -> dict:
                           "description": f"At most {limit} texts with the source "
                                          "(--max-inputs)."}},
             ["source_sentence", "sentences"]),
-        "parameters": {"anyOf": [_object({"truncate": TRUNCATE,
+        "parameters": {"anyOf": [object_schema({"truncate": TRUNCATE,
                                           "truncation_direction": DIRECTION,
                                           **_prompt(state)}, []), NULL], "default": None}},
         ["inputs"])
 
 
 def embed_all_request(state) -> dict:
-    return _object({"inputs": texts_schema(state), "truncate": TRUNCATE,
+    return object_schema({"inputs": texts_schema(state), "truncate": TRUNCATE,
                     "truncation_direction": DIRECTION, **_prompt(state)}, ["inputs"])
 
 
 def decode_request(state) -> dict:
     vocab = state.pipeline.tokenizer.vocab_size
     ids = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": vocab - 1}}
-    return _object({
+    return object_schema({
         "ids": {"anyOf": [ids, {"type": "array", "items": ids, "minItems": 1,
                                 "maxItems": state.options.limits.max_inputs}],
                 "description": "Token ids, or a batch of lists of them."},
         "skip_special_tokens": {"type": "boolean", "default": True}}, ["ids"])
 
 
-def _object(properties: dict, required: list[str]) -> dict:
-    return {"type": "object", "properties": properties, "required": required,
-            "additionalProperties": False}
-
-
 VECTORS = {"type": "array", "items": {"type": "array", "items": {"type": "number"}},
            "description": "One vector per input, in input order."}
 RANKS = {"type": "array", "description": "One per text, the highest score first.",
-         "items": _object({"index": {"type": "integer", "minimum": 0},
+         "items": object_schema({"index": {"type": "integer", "minimum": 0},
                            "text": {**STRING, "description": "With return_text."},
                            "score": {"type": "number"}}, ["index", "score"])}
 SPARSE = {"type": "array", "description": "Per input, its non-zero weights by index.",
-          "items": {"type": "array", "items": _object({"index": {"type": "integer"},
+          "items": {"type": "array", "items": object_schema({"index": {"type": "integer"},
                                                        "value": {"type": "number"}},
                                                       ["index", "value"])}}
 OFFSET = {"anyOf": [{"type": "integer", "minimum": 0}, NULL]}
 TOKENS = {"type": "array", "description": "Per input, its tokens in order.", "items": {
-    "type": "array", "items": _object({
+    "type": "array", "items": object_schema({
         "id": {"type": "integer"}, "text": STRING, "special": {"type": "boolean"},
         "start": {**OFFSET, "description": "UTF-8 byte offset in the (prompted) input; null "
                                            "for a special token"},
         "stop": OFFSET}, ["id", "text", "special", "start", "stop"])}}
-INFO = _object({
+INFO = object_schema({
     "model_id": {**STRING, "description": "What the model was exported from."},
     "model_sha": {"anyOf": [STRING, NULL]},
     "model_dtype": {**STRING, "description": "float32, float16 or int8 (the export's)."},
@@ -184,7 +172,7 @@ INFO = _object({
     "version": STRING, "sha": {"anyOf": [STRING, NULL]},
     "docker_label": {"anyOf": [STRING, NULL]}}, ["model_id", "model_dtype", "model_type"])
 
-PREDICTION = _object({"score": {"type": "number"}, "label": STRING}, ["score", "label"])
+PREDICTION = object_schema({"score": {"type": "number"}, "label": STRING}, ["score", "label"])
 PREDICTIONS = {"type": "array", "items": PREDICTION, "description": "Every label, best first."}
 PREDICT_ANSWER = {"anyOf": [PREDICTIONS, {"type": "array", "items": PREDICTIONS}],
                   "description": "A batch: one list per input."}
@@ -289,7 +277,7 @@ BASE = _base("/", "The export's TEI route, by its kind (TEI's base URL): /embed,
 INVOCATIONS = _base("/invocations", "As POST / (SageMaker's route).")
 ENDPOINTS = (EMBED, RERANK, EMBED_SPARSE, TOKENIZE, INFO_ENDPOINT, SIMILARITY, EMBED_ALL, DECODE,
              BASE, INVOCATIONS, multi_vector.EMBED_MULTI)
-ERROR_SCHEMA = _object({"error": STRING, "error_type": {
+ERROR_SCHEMA = object_schema({"error": STRING, "error_type": {
     "type": "string", "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer",
                                "Empty"]}}, ["error", "error_type"])
 
