@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -70,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"no references' environment at {REFERENCES}: run python -m tests.references")
     subprocess.run([str(REFERENCES), "-m", "bertonnx.bench.colbert_peers", "--reference",
                     "--threads", str(args.threads), "--documents", str(args.documents),
-                    "--out", str(args.out)], check=True)
+                    "--out", str(args.out)], check=True,
+                   # the references' environment reads this one's packages after its own
+                   env={**os.environ, "BERTONNX_SUITE_SITE": sysconfig.get_paths()["purelib"]})
     from bertonnx.export import ExportOptions, export_model   # torch: only once PyLate ran
     from bertonnx.runtime import load
 

@@ -29,7 +29,18 @@ PACKAGES = ("sentence-transformers==5.3.0", "pylate==1.6.0", "FlagEmbedding==1.4
             # their import paths: datasets (pylate.utils, FlagEmbedding.abc), peft (FlagEmbedding)
             "datasets==4.4.2", "peft==0.21.2", "ujson", "dill", "multiprocess", "xxhash")
 # each reference's import, checked once made
+# the stamp written last; a new name remakes an environment made by an older recipe
+MADE = ".made-2"
 IMPORTS = "import pylate.models, pylate.rank; from FlagEmbedding import BGEM3FlagModel"
+
+
+# the suite's site-packages, which the references' environment reads after its own
+SUITE_SITE = "BERTONNX_SUITE_SITE"
+
+
+def env() -> dict:
+    """The environment to run the references in from this interpreter's suite."""
+    return {**os.environ, SUITE_SITE: sysconfig.get_paths()["purelib"]}
 
 
 def root() -> Path:
@@ -40,7 +51,7 @@ def root() -> Path:
 def reference_python() -> Path | None:
     """The references' interpreter, when made (its stamp written last)."""
     python = root() / "bin" / "python"
-    return python if python.is_file() and (root() / ".made").is_file() else None
+    return python if python.is_file() and (root() / MADE).is_file() else None
 
 
 def prepare() -> Path:
@@ -57,12 +68,15 @@ def prepare() -> Path:
     # the suite's site-packages after the references' own (addsitedir also reads its .pth
     # files: bertonnx's editable install)
     ours = sysconfig.get_paths()["purelib"]
+    # ... the caller's, named by SUITE_SITE (`env()`): several checkouts (CI clones, worktrees)
+    # share this cache, and each must run the references against its own bertonnx
     Path(purelib, "zz-bertonnx-suite.pth").write_text(
-        f"import site; site.addsitedir({ours!r})\n", encoding="utf-8")
+        f"import os, site; site.addsitedir(os.environ.get({SUITE_SITE!r}) or {ours!r})\n",
+        encoding="utf-8")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                     "--quiet", "--no-deps", *PACKAGES], check=True)
-    subprocess.run([str(python), "-c", IMPORTS], check=True)
-    (venv / ".made").touch()
+    subprocess.run([str(python), "-c", IMPORTS], check=True, env=env())
+    (venv / MADE).touch()
     return python
 
 

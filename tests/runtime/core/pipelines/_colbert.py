@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.colbert_reference import CASES
-from tests.references import reference_python
+from tests.references import env, reference_python
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -22,7 +22,7 @@ def colbert_references(tmp_path_factory) -> Path:
         pytest.skip("the references' environment is not made (python -m tests.references)")
     out = tmp_path_factory.mktemp("colbert-references")
     done = subprocess.run([str(python), "-m", "tests.colbert_reference", str(out)], cwd=REPO,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env())
     if done.returncode:
         pytest.fail(f"tests.colbert_reference failed:\n{done.stderr[-3000:]}")
     return out
