@@ -165,6 +165,17 @@ def read_truncation(data: dict) -> tuple[bool, dict]:
     return truncate is not False, {"truncation_direction": direction.lower()}
 
 
+def read_text_request(wire, state, body: bytes) -> tuple[dict, list[str], bool, dict]:
+    """A TEI texts request (`{"inputs", "truncate"?, "truncation_direction"?, "prompt_name"?,
+    ...}` of `wire.FIELDS`) to a model that serves the route: the body, its texts, whether
+    long texts are cut, and the pipeline's truncation and prompt parameters."""
+    check_served(wire.endpoint, state)
+    data = read_object(body, wire.FIELDS, ("inputs",))
+    texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
+    truncate, direction = read_truncation(data)
+    return data, texts, truncate, {**read_prompt(data, state.pipeline), **direction}
+
+
 def read_prompt(data: dict, pipe) -> dict:
     """`prompt_name` as the pipeline's parameter, where its task takes one (a null or absent
     name: the export's default prompt, as TEI's --default-prompt-name)."""

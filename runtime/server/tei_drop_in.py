@@ -38,7 +38,8 @@ from ..core.tasks import TASKS
 from .endpoints import check_served
 from .protocol import Parsed
 from .tei import (VALIDATION, TeiWire, error, invalid, prompt_text, read_bool, read_object,
-                  read_prompt, read_texts, read_truncation, refuse_long, respond_json)
+                  read_prompt, read_text_request, read_texts, read_truncation, refuse_long,
+                  respond_json)
 from .wire import PREDICT, Call, FieldError, Wire
 
 TEI_PREDICT_FIELDS = frozenset({"truncate", "truncation_direction", "raw_scores"})
@@ -216,12 +217,8 @@ class EmbedAllWire(TeiWire):
     FIELDS = frozenset({"inputs", "truncate", "truncation_direction", "prompt_name"})
 
     def parse(self, state, request, body: bytes) -> Call:
-        check_served(self.endpoint, state)
-        data = read_object(body, self.FIELDS, ("inputs",))
-        texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
-        truncate, direction = read_truncation(data)
-        params = {"pooling": "none", "normalize": False, **read_prompt(data, state.pipeline),
-                  **direction}
+        _, texts, truncate, params = read_text_request(self, state, body)
+        params = {"pooling": "none", "normalize": False, **params}
         return Call(Parsed(texts, False, params), _Texts(truncate, params))
 
     def price(self, prepared, pipe, limits, call: Call):

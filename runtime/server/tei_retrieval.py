@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from .endpoints import check_served
 from .protocol import Parsed
-from .tei import (TeiWire, invalid, prompt_text, read_bool, read_object, read_prompt,
-                  read_texts, read_truncation, refuse_long, respond_json)
+from .tei import (TeiWire, invalid, prompt_text, read_bool, read_object,
+                  read_text_request, read_texts, read_truncation, refuse_long, respond_json)
 from .wire import Call
 
 # the task whose exports /rerank also serves, by MaxSim over token vectors (ColBERT)
@@ -83,11 +83,7 @@ class EmbedSparseWire(TeiWire):
     FIELDS = frozenset({"inputs", "truncate", "truncation_direction", "prompt_name"})
 
     def parse(self, state, request, body: bytes) -> Call:
-        check_served(self.endpoint, state)
-        data = read_object(body, self.FIELDS, ("inputs",))
-        texts = read_texts(data["inputs"], "inputs", state.options.limits.max_inputs)
-        truncate, direction = read_truncation(data)
-        params = {**read_prompt(data, state.pipeline), **direction}
+        _, texts, truncate, params = read_text_request(self, state, body)
         return Call(Parsed(texts, False, params), (truncate, params))
 
     def price(self, prepared, pipe, limits, call: Call):
