@@ -9,7 +9,10 @@ folder's settings (runtime/core/colbert.py, recorded at export) run here: the qu
 document prefix after [CLS], truncation to query_length / document_length tokens, a query
 expanded with [MASK] to its full length (attended to only with attend_to_expansion_tokens), the
 Dense projection(s), each token vector normalized, then the tokens PyLate keeps (a query's all;
-a document's unpadded ones whose id is not in the skiplist). `normalize=False` leaves the
+a document's unpadded ones whose id is not in the skiplist). A sentence-transformers 6
+MultiVectorEncoder folder runs the same way with its differences recorded (runtime/core/
+multi_vector_encoder.py: a text prompt instead of the prefix token, "min" expansion, the skiplist
+on queries too, expansion tokens kept or not). `normalize=False` leaves the
 vectors as projected (PyLate's normalize_embeddings). PyLate's is_query defaults to True; here a
 call encodes documents unless it says is_query=True (a document encoded as a query would be cut
 to the query length). Scoring query against document vectors is `maxsim` (PyLate's
@@ -84,7 +87,8 @@ class MultiVectorPipeline(Pipeline):
         record = folder.manifest.sentence_transformers if folder.foreign is None else {}
         if not record:
             raise ArtifactError(f"{where} records no ColBERT settings",
-                                "export a PyLate ColBERT folder with --task multi-vector")
+                                "export a PyLate ColBERT or MultiVectorEncoder folder "
+                                "with --task multi-vector")
         settings = ColbertSettings.from_json(record, where)
         for m in settings.modules:
             if m.weights not in folder.manifest.files:

@@ -84,3 +84,61 @@ def test_token_vectors_equal_multi_vector_encoders(case, st6_references, st6_exp
     for row, query in enumerate(pipe(QUERIES, is_query=True)):
         np.testing.assert_allclose(maxsim(query, documents), ref["scores"][row],
                                    atol=ATOL, rtol=0)
+
+
+def test_a_multi_vector_encoder_exports_as_multi_vector_with_its_settings(st6_references,
+                                                                          tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["export", str(st6_references / "min"), "--out", str(out),
+                 "--json"]) == 0   # no --task: the folder says MultiVectorEncoder
+    cap = capsys.readouterr()
+    manifest = json.loads(cap.out)
+    assert manifest["task"] == "multi-vector" and manifest["parity"]["passed"]
+    record = manifest["sentence_transformers"]["colbert"]
+    assert (record["query_length"], record["query_floor"], record["document_length"]) == (
+        14, 8, None)
+    assert record["attend_to_expansion_tokens"] and not record["skip_unknown"]
+    assert record["skiplist_tasks"] == ["query", "document"] and record["query_prefix"] == ""
+    assert [(m["in_features"], m["out_features"], m["bias"]) for m in record["modules"]] == [
+        (32, 24, True), (24, 8, True)]
+    assert all(m["weights"] in manifest["files"] for m in record["modules"])
+
+
+def _edited(source: Path, folder: Path, edit) -> Path:
+    """A copy of `source` whose modules.json / config_sentence_transformers.json `edit` changed."""
+    shutil.copytree(source, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    st = json.loads((folder / "config_sentence_transformers.json").read_text())
+    edit(modules, st)
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(st))
+    return folder
+
+
+def _pooling(modules, st):
+    modules.insert(-1, {"idx": 9, "name": "9", "path": "9_Pool", "type": "sentence_transformers."
+                        "multi_vector_encoder.modules.token_pooling.HierarchicalTokenPooling"})
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda modules, st: modules.pop(), "lists no Normalize module"),
+    (lambda modules, st: modules.insert(1, modules.pop()), "Dense module 1_Dense after Normalize"),
+    (_pooling, "HierarchicalTokenPooling, which bertonnx does not compute"),
+    (lambda modules, st: st.update(similarity_fn_name="meanmaxsim"),
+     "similarity_fn_name 'meanmaxsim'"),
+])
+def test_a_setting_bertonnx_would_not_reproduce_is_refused_in_one_line(edit, says, st6_references,
+                                                                       tmp_path):
+    folder = _edited(st6_references / "fixed", tmp_path / "folder", edit)
+    with pytest.raises(ArtifactError, match=says) as e:
+        read_multi_vector(folder)
+    assert "\n" not in str(e.value)
+
+
+def test_the_default_prompt_stands_for_a_missing_side(st6_references, tmp_path):
+    def edit(modules, st):
+        st.update(prompts={"query": "what : ", "passage": "the : "},
+                  default_prompt_name="passage")
+
+    settings = read_multi_vector(_edited(st6_references / "fixed", tmp_path / "f", edit))
+    assert (settings.query_prompt, settings.document_prompt) == ("what : ", "the : ")
