@@ -24,15 +24,16 @@ from tests.colbert_reference import DOCUMENTS, QUERIES  # noqa: F401 — the tes
 # case -> (Transformer's multi-vector arguments, Dense layers (in, out, bias), MultiVectorMask's
 # arguments or None for no mask, prompts)
 CASES = {
-    # classic ColBERT: "fixed" expansion (every query 12 tokens, prompt included), text prompts,
-    # the punctuation skiplist on documents
+    # classic ColBERT: "fixed" expansion (every query 12 tokens, prompt included) with a token
+    # of its own, text prompts, the punctuation skiplist on documents
     "fixed": (dict(document_length=20,
-                   query_expansion={"strategy": "fixed", "length": 12}),
+                   query_expansion={"strategy": "fixed", "length": 12, "token": "the"}),
               ((32, 16, False),), dict(skiplist_words=list(string.punctuation)),
               {"query": "what : ", "document": "the : "}),
     # "min": queries expanded to 8 tokens (attended to), cut at 14; documents at the model's
     # maximum; two Dense layers with biases; the skiplist on queries too, "#" absent from the
-    # vocabulary (so [UNK] is kept: MultiVectorMask drops the word, PyLate would skip [UNK])
+    # vocabulary (so [UNK] is kept: MultiVectorMask drops the word, PyLate would skip [UNK]);
+    # documents keep only KEEP's tokens (keep_only_token_ids)
     "min": (dict(query_length=14,
                  query_expansion={"strategy": "min", "length": 8, "attend": True}),
             ((32, 24, True), (24, 8, True)),
@@ -41,6 +42,8 @@ CASES = {
     "plain": (dict(query_length=9, document_length=24), ((32, 16, False),), None,
               {"query": "what "}),
 }
+# the tokens a "min" document keeps (their ids in the tiny vocabulary, found when made)
+KEEP = ("[CLS]", "[UNK]", "city", "cat", "dog", "house", "music", "film", "london")
 
 
 def main(out: Path) -> None:
@@ -66,6 +69,9 @@ def main(out: Path) -> None:
                     layer.linear.bias.normal_(0, 0.3)
             modules.append(layer)
         if mask is not None:
+            if case == "min":
+                mask = {**mask, "keep_only_token_ids":
+                        modules[0].tokenizer.convert_tokens_to_ids(list(KEEP))}
             modules.append(MultiVectorMask(**mask))
         modules.append(Normalize(module_input_name="token_embeddings"))
         model = MultiVectorEncoder(modules=modules, device="cpu", prompts=prompts)

@@ -1,10 +1,12 @@
 """multi-vector against sentence-transformers 6's MultiVectorEncoder itself: tiny random folders
 saved by sentence-transformers 6.2 (tests/st6_reference.py, in the references-st6 environment),
 exported, and encoded here — the same number of token vectors per text as encode_query /
-encode_document and each within 1e-4, for queries ("fixed" and "min" expansion, attended or not,
-or none; text prompts; the skiplist on queries) and documents (prompt or none, the skiplist, a
-skiplist word the vocabulary lacks leaving [UNK] in, cut at the document length or the model's
-maximum), in batches whose rows are padded; MaxSim scores as MultiVectorEncoder.similarity's."""
+encode_document and each within 1e-4, for queries ("fixed" expansion with its own token, "min"
+expansion attended to, or none; text prompts; the skiplist on queries) and documents (prompt or
+none, the skiplist, a skiplist word the vocabulary lacks leaving [UNK] in, keep_only_token_ids,
+cut at the document length or the model's maximum), in batches whose rows are padded; MaxSim
+scores as MultiVectorEncoder.similarity's. Settings bertonnx would not reproduce: refused in one
+line."""
 from __future__ import annotations
 
 import json
