@@ -7,8 +7,9 @@ repository root:
     ST6_PYTHON -m tests.st6_reference OUT
 
 For each case in CASES it saves `OUT/<case>/` with sentence-transformers 6.2
-(MultiVectorEncoder(modules=...).save) and `OUT/<case>.npz`: encode_query of QUERIES as q0..
-and encode_document of DOCUMENTS as d0.. (tests/colbert_reference.py's texts), and
+(MultiVectorEncoder(modules=...).save; FROM_PYLATE: a PyLate folder loaded and saved again)
+and `OUT/<case>.npz`: encode_query of QUERIES as q0.. and encode_document of DOCUMENTS as d0..
+(tests/colbert_reference.py's texts), and
 MultiVectorEncoder.similarity's MaxSim scores of each query against every document (scores).
 torch and sentence_transformers: imported in main() only, so the tests can read the cases from
 the suite's environment.
@@ -42,6 +43,9 @@ CASES = {
     "plain": (dict(query_length=9, document_length=24), ((32, 16, False),), None,
               {"query": "what "}),
 }
+# a PyLate folder (tests/colbert_folder.py's, prefixes [unused0] / [unused1]) loaded by
+# MultiVectorEncoder and saved again: its prefixes become prompts, registered as special tokens
+FROM_PYLATE = "from-pylate"
 # the tokens a "min" document keeps (their ids in the tiny vocabulary, found when made)
 KEEP = ("[CLS]", "[UNK]", "city", "cat", "dog", "house", "music", "film", "london")
 
@@ -50,32 +54,18 @@ def main(out: Path) -> None:
     import numpy as np
     import torch
     from sentence_transformers import MultiVectorEncoder
-    from sentence_transformers.base.modules import Normalize, Transformer
-    from sentence_transformers.base.modules.dense import Dense
-    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
-    from tests.conftest import make_checkpoint
+    from tests.colbert_folder import write_colbert_files
+    from tests.conftest import VOCAB, make_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = make_checkpoint(out / "encoder", "feature-extraction")
-    for case, (options, layers, mask, prompts) in CASES.items():
-        torch.manual_seed(len(case))
-        modules = [Transformer(str(checkpoint), **options)]
-        for i, o, bias in layers:
-            layer = Dense(i, o, bias=bias, activation_function=torch.nn.Identity(),
-                          module_input_name="token_embeddings")
-            with torch.no_grad():   # biases away from 0, so a runtime that drops them fails
-                if bias:
-                    layer.linear.bias.normal_(0, 0.3)
-            modules.append(layer)
-        if mask is not None:
-            if case == "min":
-                mask = {**mask, "keep_only_token_ids":
-                        modules[0].tokenizer.convert_tokens_to_ids(list(KEEP))}
-            modules.append(MultiVectorMask(**mask))
-        modules.append(Normalize(module_input_name="token_embeddings"))
-        model = MultiVectorEncoder(modules=modules, device="cpu", prompts=prompts)
-        model.save(str(out / case))
+    pylate = write_colbert_files(make_checkpoint(out / "pylate", "feature-extraction",
+                                                 vocab=len(VOCAB) + 2), 32, seed=3)
+    MultiVectorEncoder(str(pylate), device="cpu").save(str(out / FROM_PYLATE))
+    for case in (*CASES, FROM_PYLATE):
+        if case != FROM_PYLATE:
+            _save(case, checkpoint, out / case)
         model = MultiVectorEncoder(str(out / case), device="cpu")   # as a user loads the folder
         q = model.encode_query(QUERIES, batch_size=3, convert_to_numpy=True)
         d = model.encode_document(DOCUMENTS, batch_size=2, convert_to_numpy=True)
@@ -83,6 +73,33 @@ def main(out: Path) -> None:
                                   [torch.from_numpy(x) for x in d]).numpy()
         np.savez(out / f"{case}.npz", scores=scores, **{f"q{i}": x for i, x in enumerate(q)},
                  **{f"d{i}": x for i, x in enumerate(d)})
+
+
+def _save(case: str, checkpoint: Path, folder: Path) -> None:
+    """CASES[case] built on `checkpoint` and saved to `folder` by sentence-transformers."""
+    import torch
+    from sentence_transformers import MultiVectorEncoder
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.base.modules.dense import Dense
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    options, layers, mask, prompts = CASES[case]
+    torch.manual_seed(len(case))
+    modules = [Transformer(str(checkpoint), **options)]
+    for i, o, bias in layers:
+        layer = Dense(i, o, bias=bias, activation_function=torch.nn.Identity(),
+                      module_input_name="token_embeddings")
+        with torch.no_grad():   # biases away from 0, so a runtime that drops them fails
+            if bias:
+                layer.linear.bias.normal_(0, 0.3)
+        modules.append(layer)
+    if mask is not None:
+        if case == "min":
+            mask = {**mask, "keep_only_token_ids":
+                    modules[0].tokenizer.convert_tokens_to_ids(list(KEEP))}
+        modules.append(MultiVectorMask(**mask))
+    modules.append(Normalize(module_input_name="token_embeddings"))
+    MultiVectorEncoder(modules=modules, device="cpu", prompts=prompts).save(str(folder))
 
 
 if __name__ == "__main__":

@@ -77,8 +77,9 @@ class ColbertSettings:
                     raise ArtifactError("ColBERT query expansion has no query length",
                                         "restore config_sentence_transformers.json")
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 2:
-                raise ArtifactError(f"ColBERT {name} {value!r} is not a length of 2 or more",
+            least = 1 if name == "query_floor" else 2
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ArtifactError(f"ColBERT {name} {value!r} is not a length of {least} or more",
                                     "restore config_sentence_transformers.json")
 
     def to_json(self) -> dict:

@@ -20,7 +20,9 @@ being query_length; a skiplist word the vocabulary lacks leaves the skiplist (Py
 for it), and the skiplist may apply to queries (skiplist_tasks); without a MultiVectorMask an
 expansion token is kept only when attended to; normalizing is a module of its own. Refused,
 each in one line naming it: a Normalize module missing or before a Dense, any other module
-(token pooling, a Router), processing_kwargs on the Transformer, similarity_fn_name meanmaxsim.
+(token pooling, a Router), processing_kwargs on the Transformer, similarity_fn_name meanmaxsim,
+PyLate's keys in a MultiVectorEncoder's config. A PyLate folder MultiVectorEncoder loaded and
+saved again reads as any other (its prefixes are prompts, registered as special tokens).
 """
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ from .sentence_modules import TOKENS
 from .sentence_transformers import (MODULES_FILE, ST_CONFIG, TOKEN_FEATURES, TRANSFORMER_CONFIGS,
                                     _dense, _transformer, read_modules)
 
+# PyLate's settings, which MultiVectorEncoder also honours in its own config (as prompts and
+# registered prefix tokens, or the Transformer's expansion); its own saves never write them
+PYLATE_KEYS = ("query_prefix", "document_prefix", "query_length", "document_length",
+               "query_expansion", "do_query_expansion", "attend_to_expansion_tokens",
+               "attend_to_mask_tokens", "skiplist_words")
 # the modules bertonnx computes after the Transformer, by class name
 MODULES = ("Dense", "MultiVectorMask", "Normalize")
 STRATEGIES = ("fixed", "min")        # query_expansion's
@@ -91,6 +98,11 @@ def read_multi_vector_encoder(path: str | Path) -> ColbertSettings:
                             "unit length; bertonnx's multi-vector always normalizes them",
                             f"{FIX}, Normalize last")
     st = read_json_object(path / ST_CONFIG, "restore the file")
+    if (key := next((k for k in PYLATE_KEYS if k in st), None)) is not None:
+        raise ArtifactError(f"{path / ST_CONFIG} sets PyLate's {key} beside model_type "
+                            "MultiVectorEncoder, which bertonnx does not read",
+                            "load the folder with MultiVectorEncoder, save it again, and "
+                            "export that")
     if st.get("similarity_fn_name") not in (None, "maxsim"):
         raise ArtifactError(f"{path / ST_CONFIG} sets similarity_fn_name "
                             f"{st['similarity_fn_name']!r}; bertonnx ranks by maxsim",

@@ -25,7 +25,7 @@ from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import DOCUMENTS, QUERIES
 from tests.references import ST6, env
-from tests.st6_reference import CASES
+from tests.st6_reference import CASES, FROM_PYLATE
 
 ATOL = 1e-4
 REPO = Path(__file__).resolve().parents[4]
@@ -69,7 +69,7 @@ def outputs(references: Path, case: str) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, FROM_PYLATE])
 def test_token_vectors_equal_multi_vector_encoders(case, st6_references, st6_export):
     ref = outputs(st6_references, case)
     pipe = load(st6_export(case))
@@ -128,6 +128,7 @@ def _pooling(modules, st):
     (_pooling, "HierarchicalTokenPooling, which bertonnx does not compute"),
     (lambda modules, st: st.update(similarity_fn_name="meanmaxsim"),
      "similarity_fn_name 'meanmaxsim'"),
+    (lambda modules, st: st.update(query_prefix="[unused0]"), "PyLate's query_prefix"),
 ])
 def test_a_setting_bertonnx_would_not_reproduce_is_refused_in_one_line(edit, says, st6_references,
                                                                        tmp_path):
