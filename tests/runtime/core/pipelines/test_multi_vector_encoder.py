@@ -145,3 +145,13 @@ def test_the_default_prompt_stands_for_a_missing_side(st6_references, tmp_path):
 
     settings = read_multi_vector(_edited(st6_references / "fixed", tmp_path / "f", edit))
     assert (settings.query_prompt, settings.document_prompt) == ("what : ", "the : ")
+
+
+def test_the_cli_refuses_such_a_folder_in_one_line(st6_references, tmp_path, capsys):
+    folder = _edited(st6_references / "plain", tmp_path / "folder",
+                     lambda modules, st: modules.pop())   # no Normalize
+    assert main(["export", str(folder), "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip()   # the inferred task, then the one line
+    assert "Traceback" not in err and not (tmp_path / "out").exists()
+    assert [line for line in err.splitlines() if "Normalize" in line] == [err.splitlines()[-1]]
+    assert "lists no Normalize module" in err.splitlines()[-1]
