@@ -37,6 +37,8 @@ $(STAMP): pyproject.toml Makefile
 # tests.references: pylate 1.6 and FlagEmbedding (the multi-vector tests' references) in a venv
 # of their own in ~/.cache/bertonnx-tests/references, --no-deps over the suite's packages:
 # pylate pins sentence-transformers 5.3 and a CUDA torch, which must not replace the suite's.
+# It also makes references-st6 beside it: sentence-transformers 6.2 alone (MultiVectorEncoder,
+# the reference of tests/runtime/core/pipelines/test_multi_vector_encoder.py).
 # Seconds on a warm pip cache; the tests that need it skip, saying why, when it is missing.
 
 # The /docs page test drives a real headless chromium (playwright, no browser download): Debian's

@@ -101,7 +101,7 @@ def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
     name = path_or_hub_id
-    if colbert.is_colbert_folder(folder):  # a PyLate ColBERT: token vectors, projected
+    if colbert.is_colbert_folder(folder):  # PyLate ColBERT, ST MultiVectorEncoder: token vectors
         return "multi-vector", f"from {name}'s config_sentence_transformers.json: a ColBERT"
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
     if embedder is not None:

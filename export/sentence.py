@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
-from bertonnx.runtime.core.colbert import is_colbert_folder, read_colbert
+from bertonnx.runtime.core.colbert import is_colbert_folder
+from bertonnx.runtime.core.multi_vector_encoder import read_multi_vector
 from bertonnx.runtime.core.cross_encoder import read_cross_encoder
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.sentence_modules import Dense, load_dense, read_safetensors
@@ -63,13 +64,16 @@ def carry(source: Path | None, task: str, out: Path) -> dict:
 
 
 def _carry_colbert(source: Path | None, out: Path) -> dict:
-    """A PyLate ColBERT folder's settings and its Dense weights (the runtime needs both)."""
+    """A PyLate ColBERT or sentence-transformers MultiVectorEncoder folder's settings and its
+    Dense weights (the runtime needs both)."""
     if source is None or not is_colbert_folder(source):
-        raise ConfigError(f"{source or 'the model'} is not a PyLate ColBERT folder "
-                          "(config_sentence_transformers.json with model_type ColBERT)",
-                          "export a folder PyLate saved (models.ColBERT(...).save(DIR)) with "
+        raise ConfigError(f"{source or 'the model'} is not a multi-vector folder "
+                          "(config_sentence_transformers.json with model_type ColBERT or "
+                          "MultiVectorEncoder)",
+                          "export a folder PyLate saved (models.ColBERT(...).save(DIR)) or "
+                          "sentence-transformers did (MultiVectorEncoder(...).save(DIR)) with "
                           "--task multi-vector")
-    settings = read_colbert(source)
+    settings = read_multi_vector(source)
     mods = tuple(_write_dense(m, source, out) for m in settings.modules)
     return replace(settings, modules=mods).to_json()
 

@@ -15,6 +15,11 @@ once in setup, in seconds on a warm pip cache:
 The tests run the references there in a subprocess (tests/colbert_reference.py) that builds
 tiny random folders with them and writes their outputs; `reference_python()` finds the
 interpreter, or None (the tests then skip, saying why).
+
+sentence-transformers 6's MultiVectorEncoder cannot share that venv (pylate needs 5.3), so it has
+a second one made the same way, references-st6 (`ST6`: sentence-transformers 6.2 alone, --no-deps;
+it declares transformers>=5 but runs on the suite's 4.57, as tests/st6_reference.py shows);
+`python -m tests.references` makes both.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 # Exact versions: the references' behaviour is what the tests compare against
@@ -43,42 +49,71 @@ def env() -> dict:
     return {**os.environ, SUITE_SITE: sysconfig.get_paths()["purelib"]}
 
 
+@dataclass(frozen=True)
+class Environment:
+    """A references' venv: its folder name in the cache, its packages (--no-deps, over the
+    suite's), the import that proves it made, and the stamp written last."""
+
+    name: str
+    packages: tuple[str, ...]
+    imports: str
+    made: str
+
+    def root(self) -> Path:
+        return Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
+                    ).expanduser() / self.name
+
+    def python(self) -> Path | None:
+        """The interpreter, when made (its stamp written last)."""
+        python = self.root() / "bin" / "python"
+        return python if python.is_file() and (self.root() / self.made).is_file() else None
+
+    def prepare(self) -> Path:
+        """The venv, made when missing (idempotent); returns its interpreter."""
+        if (done := self.python()) is not None:
+            return done
+        venv = self.root()
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)],
+                       check=True)
+        python = venv / "bin" / "python"
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                                  "print(sysconfig.get_paths()['purelib'])"], check=True,
+                                 capture_output=True, text=True).stdout.strip()
+        # the suite's site-packages after the references' own (addsitedir also reads its .pth
+        # files: bertonnx's editable install)
+        ours = sysconfig.get_paths()["purelib"]
+        # ... the caller's, named by SUITE_SITE (`env()`): several checkouts (CI clones,
+        # worktrees) share this cache, and each must run the references against its own bertonnx
+        Path(purelib, "zz-bertonnx-suite.pth").write_text(
+            f"import os, site; site.addsitedir(os.environ.get({SUITE_SITE!r}) or {ours!r})\n",
+            encoding="utf-8")
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                        "--quiet", "--no-deps", *self.packages], check=True)
+        subprocess.run([str(python), "-c", self.imports], check=True, env=env())
+        (venv / self.made).touch()
+        return python
+
+
+REFERENCES = Environment("references", PACKAGES, IMPORTS, MADE)
+# sentence-transformers 6.2 (MultiVectorEncoder); its other imports are the suite's packages
+ST6 = Environment("references-st6", ("sentence-transformers==6.2.0",),
+                  "from sentence_transformers import MultiVectorEncoder", ".made-1")
+
+
 def root() -> Path:
-    return Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
-                ).expanduser() / "references"
+    return REFERENCES.root()
 
 
 def reference_python() -> Path | None:
     """The references' interpreter, when made (its stamp written last)."""
-    python = root() / "bin" / "python"
-    return python if python.is_file() and (root() / MADE).is_file() else None
+    return REFERENCES.python()
 
 
 def prepare() -> Path:
     """The references' venv, made when missing (idempotent); returns its interpreter."""
-    if (done := reference_python()) is not None:
-        return done
-    venv = root()
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", str(venv)],
-                   check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
-                              "print(sysconfig.get_paths()['purelib'])"], check=True,
-                             capture_output=True, text=True).stdout.strip()
-    # the suite's site-packages after the references' own (addsitedir also reads its .pth
-    # files: bertonnx's editable install)
-    ours = sysconfig.get_paths()["purelib"]
-    # ... the caller's, named by SUITE_SITE (`env()`): several checkouts (CI clones, worktrees)
-    # share this cache, and each must run the references against its own bertonnx
-    Path(purelib, "zz-bertonnx-suite.pth").write_text(
-        f"import os, site; site.addsitedir(os.environ.get({SUITE_SITE!r}) or {ours!r})\n",
-        encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
-                    "--quiet", "--no-deps", *PACKAGES], check=True)
-    subprocess.run([str(python), "-c", IMPORTS], check=True, env=env())
-    (venv / MADE).touch()
-    return python
+    return REFERENCES.prepare()
 
 
 if __name__ == "__main__":
-    print(prepare())
+    for made in (REFERENCES, ST6):
+        print(made.prepare())

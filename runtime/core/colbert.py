@@ -17,8 +17,10 @@ pad token); puts the prefix id after [CLS]; attends to the [MASK]s only with
 attend_to_expansion_tokens; projects with the Dense modules; normalizes each token vector; and
 keeps every query token (expansion included), or a document's attended tokens whose id is not in
 the skiplist (each word's `convert_tokens_to_ids`: a word the vocabulary lacks is [UNK]'s id, so
-[UNK] tokens are dropped too). sentence-transformers' own MultiVectorEncoder (6.x) is not read
-here yet. The export records these settings (`ColbertSettings.to_json`) beside the Dense modules.
+[UNK] tokens are dropped too). sentence-transformers 6's MultiVectorEncoder folders read into the
+same settings (runtime/core/multi_vector_encoder.py: its prompts are text, its expansion a dict on
+the Transformer, its skiplist a module). The export records these settings
+(`ColbertSettings.to_json`) beside the Dense modules.
 """
 from __future__ import annotations
 
@@ -31,34 +33,61 @@ from .files import read_json_object
 from .sentence_modules import TOKENS, Dense
 from .sentence_transformers import ST_CONFIG, _dense, _transformer, read_modules, TOKEN_FEATURES
 
-MODEL_TYPE = "ColBERT"          # config_sentence_transformers.json's model_type
-RECORD_VERSION = 1              # the manifest's record; newer ones are refused
+MODEL_TYPE = "ColBERT"          # config_sentence_transformers.json's model_type (PyLate)
+ST_MODEL_TYPE = "MultiVectorEncoder"   # ... sentence-transformers 6's
+# the manifest's record; newer ones are refused (2: the MultiVectorEncoder fields)
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)
 class ColbertSettings:
-    """How PyLate reads queries and documents, under its names (ColBERT.__init__'s defaults)."""
+    """How PyLate reads queries and documents, under its names (ColBERT.__init__'s defaults),
+    and what sentence-transformers 6's MultiVectorEncoder does otherwise (the fields after
+    `modules`; their defaults are PyLate's behaviour). A length of None: the model's maximum."""
 
     query_prefix: str = "[Q] "
     document_prefix: str = "[D] "
-    query_length: int = 32
-    document_length: int = 180
+    query_length: int | None = 32
+    document_length: int | None = 180
     do_query_expansion: bool = True
     attend_to_expansion_tokens: bool = False
     skiplist_words: tuple[str, ...] = tuple(string.punctuation)
     do_lower_case: bool = False
     modules: tuple[Dense, ...] = field(default=())   # after the encoder, on token vectors
+    # text put before a query / document (MultiVectorEncoder's prompts; PyLate's prefix is a token)
+    query_prompt: str = ""
+    document_prompt: str = ""
+    # expansion strategy "min": a query is expanded up to this many tokens and cut at
+    # query_length; None ("fixed", PyLate's): every query expanded and cut to query_length
+    query_floor: int | None = None
+    expansion_token: str | None = None   # None: [MASK]
+    skiplist_tasks: tuple[str, ...] = ("document",)
+    # a skiplist word the vocabulary lacks skips [UNK] (PyLate), or nothing (MultiVectorMask)
+    skip_unknown: bool = True
+    # expansion tokens are kept (scored) though not attended to: PyLate's; a MultiVectorEncoder's
+    # MultiVectorMask does it, and without one only attended tokens are kept
+    score_expansion: bool = True
+    keep_only_token_ids: tuple[int, ...] | None = None   # a document keeps only these ids
 
     def __post_init__(self):
-        for name in ("query_length", "document_length"):
+        for name in ("query_length", "document_length", "query_floor"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 2:
-                raise ArtifactError(f"ColBERT {name} {value!r} is not a length of 2 or more",
+            if value is None:   # the model's maximum; but fixed expansion pads to query_length
+                if name == "query_length" and self.do_query_expansion and self.query_floor is None:
+                    raise ArtifactError("ColBERT query expansion has no query length",
+                                        "restore config_sentence_transformers.json")
+                continue
+            least = 1 if name == "query_floor" else 2
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ArtifactError(f"ColBERT {name} {value!r} is not a length of {least} or more",
                                     "restore config_sentence_transformers.json")
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["skiplist_words"] = list(self.skiplist_words)
+        data["skiplist_tasks"] = list(self.skiplist_tasks)
+        if self.keep_only_token_ids is not None:
+            data["keep_only_token_ids"] = list(self.keep_only_token_ids)
         data["modules"] = [m.to_json() for m in self.modules]
         return {"version": RECORD_VERSION, "colbert": data}
 
@@ -74,7 +103,10 @@ class ColbertSettings:
             for m in data.pop("modules"):
                 args = {k: v for k, v in m.items() if k != "type"}
                 mods.append(Dense(**args))
+            keep = data.get("keep_only_token_ids")
             return cls(**{**data, "skiplist_words": tuple(data["skiplist_words"]),
+                          "skiplist_tasks": tuple(data.get("skiplist_tasks", ("document",))),
+                          "keep_only_token_ids": None if keep is None else tuple(keep),
                           "modules": tuple(mods)})
         except (KeyError, TypeError, AttributeError) as e:
             raise ArtifactError(f"{where} has a damaged ColBERT record ({e!r})",
@@ -82,10 +114,11 @@ class ColbertSettings:
 
 
 def is_colbert_folder(path: str | Path) -> bool:
-    """Whether `path` is a PyLate ColBERT folder (config_sentence_transformers.json says so)."""
+    """Whether `path` is a PyLate ColBERT or a sentence-transformers MultiVectorEncoder folder
+    (config_sentence_transformers.json says so)."""
     config = Path(path) / ST_CONFIG
-    return (config.is_file()
-            and read_json_object(config, "restore the file").get("model_type") == MODEL_TYPE)
+    return config.is_file() and read_json_object(config, "restore the file").get(
+        "model_type") in (MODEL_TYPE, ST_MODEL_TYPE)
 
 
 def read_colbert(path: str | Path) -> ColbertSettings:

@@ -9,7 +9,10 @@ folder's settings (runtime/core/colbert.py, recorded at export) run here: the qu
 document prefix after [CLS], truncation to query_length / document_length tokens, a query
 expanded with [MASK] to its full length (attended to only with attend_to_expansion_tokens), the
 Dense projection(s), each token vector normalized, then the tokens PyLate keeps (a query's all;
-a document's unpadded ones whose id is not in the skiplist). `normalize=False` leaves the
+a document's unpadded ones whose id is not in the skiplist). A sentence-transformers 6
+MultiVectorEncoder folder runs the same way with its differences recorded (runtime/core/
+multi_vector_encoder.py: a text prompt instead of the prefix token, "min" expansion, the skiplist
+on queries too, expansion tokens kept or not). `normalize=False` leaves the
 vectors as projected (PyLate's normalize_embeddings). PyLate's is_query defaults to True; here a
 call encodes documents unless it says is_query=True (a document encoded as a query would be cut
 to the query length). Scoring query against document vectors is `maxsim` (PyLate's
@@ -84,7 +87,8 @@ class MultiVectorPipeline(Pipeline):
         record = folder.manifest.sentence_transformers if folder.foreign is None else {}
         if not record:
             raise ArtifactError(f"{where} records no ColBERT settings",
-                                "export a PyLate ColBERT folder with --task multi-vector")
+                                "export a PyLate ColBERT or MultiVectorEncoder folder "
+                                "with --task multi-vector")
         settings = ColbertSettings.from_json(record, where)
         for m in settings.modules:
             if m.weights not in folder.manifest.files:
@@ -100,11 +104,18 @@ class MultiVectorPipeline(Pipeline):
                             else tok.unk_token_id) if p else None
                         for q, p in ((True, settings.query_prefix),
                                      (False, settings.document_prefix))}
+        # ... and so it skips [UNK] for a skiplist word it lacks; MultiVectorMask drops the word
+        unknown = tok.unk_token_id if settings.skip_unknown else None
         self._skip = np.array(sorted({tok.token_to_id(w) if tok.token_to_id(w) is not None
-                                      else tok.unk_token_id for w in settings.skiplist_words}
+                                      else unknown for w in settings.skiplist_words}
                                      - {None}), dtype=np.int64)
-        # PyLate makes [MASK] the pad token: a query is expanded with it
+        # PyLate makes [MASK] the pad token: a query is expanded with it (or the folder's token)
         self._expand_id = tok.mask_token_id if tok.mask_token_id is not None else tok.pad_token_id
+        if settings.expansion_token is not None:
+            self._expand_id = tok.token_to_id(settings.expansion_token)
+            if self._expand_id is None:
+                raise ArtifactError(f"{where} expands queries with {settings.expansion_token!r}, "
+                                    "which the tokenizer lacks", "export the model again")
         self.dimension = self.modules[-1].out_features if self.modules else None
 
     def rank(self, query: str, documents: list[str], top_k: int | None = None,
@@ -119,16 +130,21 @@ class MultiVectorPipeline(Pipeline):
         """Each text's token ids as the graph reads them and how many are attended to
         (ColBERT.tokenize)."""
         s = self.settings
-        length = s.query_length if is_query else s.document_length
+        # a length of None: the model's maximum (a MultiVectorEncoder's unset one)
+        length = (s.query_length if is_query else s.document_length) or self.max_length
         prefix = self._prefix[is_query]
+        prompt = s.query_prompt if is_query else s.document_prompt
         cut = min(length - 1 if prefix is not None else length, self.max_length)
-        encs = self.backend(cut).encode_batch(texts)
+        # a MultiVectorEncoder's prompt is text before the input, tokenized with it (so cut too)
+        encs = self.backend(cut).encode_batch([prompt + t for t in texts] if prompt else texts)
         expand = is_query and s.do_query_expansion
+        # "min" expansion pads to the floor only; PyLate's ("fixed") to the cut
+        width = min(s.query_floor, cut) if s.query_floor is not None else cut
         rows = []
         for e in encs:
             ids = list(e.ids)
             if expand:
-                ids += [self._expand_id] * (cut - len(ids))
+                ids += [self._expand_id] * (width - len(ids))
             attended = len(e.ids)
             if prefix is not None:
                 ids.insert(1, prefix)
@@ -185,7 +201,13 @@ class MultiVectorPipeline(Pipeline):
         size = self.batch_size if batch_size is None else batch_size
         tokens = self.batch_tokens or self.session.config.batch_tokens
         results: list = [None] * len(rows)
-        keep_all = is_query and self.settings.do_query_expansion
+        s = self.settings
+        # every query token, the expansion's included (PyLate's; MultiVectorMask's), or those
+        # attended to (a MultiVectorEncoder without a MultiVectorMask)
+        keep_all = is_query and s.do_query_expansion and s.score_expansion
+        skip = ("query" if is_query else "document") in s.skiplist_tasks and len(self._skip)
+        only = (None if is_query or s.keep_only_token_ids is None
+                else np.array(s.keep_only_token_ids, np.int64))
         # the pipelines' one batch builder: length-sorted, capped at the engine's tokens per call
         for batch in micro_batches([_Row(ids) for ids, _ in rows], size,
                                    self.tokenizer.pad_token_id, tokens, self.batch_rows):
@@ -197,12 +219,12 @@ class MultiVectorPipeline(Pipeline):
             out = self.vectors(self.session.run(feeds, self.outputs)["last_hidden_state"],
                                normalize)                                      # (B, T, D)
             for r, (i, n) in enumerate(zip(batch.index, batch.lengths)):
-                if keep_all:     # every query token, the expansion's included
-                    keep = np.ones(n, bool)
-                else:
-                    keep = mask[r, :n].astype(bool)
-                    if not is_query:
-                        keep &= ~np.isin(batch.input_ids[r, :n], self._skip)
+                ids = batch.input_ids[r, :n]
+                keep = np.ones(n, bool) if keep_all else mask[r, :n].astype(bool)
+                if skip:
+                    keep &= ~np.isin(ids, self._skip)
+                if only is not None:
+                    keep &= np.isin(ids, only)
                 results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
         return results
 

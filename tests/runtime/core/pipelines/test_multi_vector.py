@@ -79,7 +79,7 @@ def test_a_colbert_folder_exports_as_multi_vector_with_its_settings(colbert_refe
 def test_a_folder_that_is_not_colbert_is_refused_in_one_line(tiny_checkpoint, tmp_path):
     from bertonnx.export import ExportOptions, export_model  # torch: lazy
 
-    with pytest.raises(ConfigError, match="not a PyLate ColBERT folder"):
+    with pytest.raises(ConfigError, match="not a multi-vector folder"):
         export_model(tiny_checkpoint("feature-extraction"), "multi-vector", tmp_path / "x",
                      ExportOptions(parity=False))
     assert not (tmp_path / "x").exists()
