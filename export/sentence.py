@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from bertonnx.export.bge_m3 import carry_heads
 from bertonnx.runtime.core.colbert import is_colbert_folder, read_colbert
 from bertonnx.runtime.core.cross_encoder import read_cross_encoder
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
@@ -39,6 +40,8 @@ def carry(source: Path | None, task: str, out: Path) -> dict:
     `task` exports."""
     if task == "multi-vector":
         return _carry_colbert(source, out)
+    if task == "bge-m3":
+        return carry_heads(source, out)
     if source is None or task not in _MADE_FOR or not _MADE_FOR[task](source):
         return {}
     stack = read_folder(source, task)
