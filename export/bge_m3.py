@@ -1,7 +1,7 @@
 """A BGE-M3 folder's two heads carried into its export (runtime/core/bge_m3.py says what they
 are): FlagEmbedding saves them as torch pickles (colbert_linear.pt, sparse_linear.pt), read here
-once with torch.load(weights_only=True) — never unpickling code — and written beside the graph as
-one float32 safetensors file the torch-free runtime reads. Reference: FlagEmbedding 1.4.2
+once with torch.load(weights_only=True) — never unpickling code — and written beside the graph
+as one float32 safetensors file the torch-free runtime reads. Reference: FlagEmbedding 1.4.2
 finetune/embedder/encoder_only/m3/runner.py (get_model: `torch.load(..., weights_only=True)`
 into `Linear(H, D)` and `Linear(H, 1)`).
 """
