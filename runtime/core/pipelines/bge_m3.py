@@ -30,7 +30,7 @@ from ..contract import MANIFEST_NAME
 from ..errors import ArtifactError, InputError
 from ..postprocess import l2_normalize
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
-from .base import Pipeline
+from .base import Pipeline, Work
 from .folder import ExportFolder
 from .inputs import Inputs
 
@@ -84,14 +84,23 @@ class BgeM3Pipeline(Pipeline):
                                         tok.unk_token_id} - {None}), np.int64)
         self.dimension = self.heads.colbert_weight.shape[0]
 
+    def _cut(self, max_length: int | None) -> int:
+        """Tokens per text: `max_length`, else encode's 512, within the model's length."""
+        return min(DEFAULT_MAX_LENGTH if max_length is None else max_length, self.max_length)
+
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        """Each text's tokens, cut where the call cuts them (usage, --max-tokens)."""
+        encs = self.backend(self._cut(params.get("max_length"))).encode_batch(
+            list(inputs.records))
+        return Work(sum(len(e.ids) for e in encs))
+
     def predict(self, read: Inputs, return_dense, return_sparse, return_colbert_vecs,
                 normalize, max_length, batch_size):
         wanted = dict(zip(OUTPUTS, (return_dense, return_sparse, return_colbert_vecs)))
         if not any(wanted.values()):
             raise InputError("return_dense, return_sparse and return_colbert_vecs are all "
                              "false: nothing to answer", "ask for at least one of them")
-        cut = min(DEFAULT_MAX_LENGTH if max_length is None else max_length, self.max_length)
-        encs = self.backend(cut).encode_batch(list(read.records))
+        encs = self.backend(self._cut(max_length)).encode_batch(list(read.records))
         h = self.heads
 
         def post(batch, out):

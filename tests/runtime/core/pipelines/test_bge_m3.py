@@ -81,6 +81,10 @@ def test_outputs_asked_for_and_normalize(m3_export):
     np.testing.assert_allclose(raw["dense_vecs"] / np.linalg.norm(raw["dense_vecs"]),
                                both["dense_vecs"], atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(both["colbert_vecs"], axis=1), 1, atol=1e-6)
+    # a call's tokens are counted where it cuts them (OpenAI's usage, --max-tokens)
+    long = TEXTS[4]
+    assert pipe.work(pipe.read_inputs([long]), max_length=8).tokens == 8
+    assert len(pipe(long, max_length=8)["colbert_vecs"]) == 7
     with pytest.raises(InputError, match="nothing to answer"):
         pipe(text, return_dense=False, return_sparse=False, return_colbert_vecs=False)
 
