@@ -15,7 +15,8 @@ from safetensors.numpy import save_file
 
 from bertonnx.runtime.core.bge_m3 import (HEAD_FILES, WEIGHTS, M3Heads, is_bge_m3_folder,
                                           read_heads)
-from bertonnx.runtime.core.errors import ArtifactError, ConfigError
+from bertonnx.runtime.core.contract import FP32_ATOL
+from bertonnx.runtime.core.errors import ArtifactError, CheckFailed, ConfigError
 from bertonnx.runtime.core.files import read_json_object
 
 
@@ -50,3 +51,42 @@ def carry_heads(source: Path | None, out: Path) -> dict:
     record = heads.to_json()
     read_heads(out, record, out)   # the runtime's own reader and shape checks, on what it reads
     return record
+
+
+def judge_heads(reference, graph: Path, folder: Path, record: dict,
+                atol: float = FP32_ATOL) -> dict:
+    """The three outputs' parity: the runtime's heads (pipelines/bge_m3.py, numpy) on the graph's
+    token vectors against FlagEmbedding's computation in torch (F.linear, relu, F.normalize) on
+    the torch model's, over the parity grid (`reference`: its per-row unpadded outputs), max |Δ|
+    of the dense vectors, the token weights and the colbert vectors; CheckFailed past `atol`."""
+    import torch.nn.functional as F   # torch is export's; the functional API only here
+
+    from bertonnx.runtime.core.pipelines.bge_m3 import colbert_projection, token_weights
+    from bertonnx.runtime.core.postprocess import l2_normalize
+
+    from .parity import run_ort, session
+
+    heads = read_heads(folder, record, folder)
+    wc, bc, ws, bs = (torch.from_numpy(t) for t in heads.tensors().values())
+    sess = session(graph)
+    worst = {"dense_vecs": 0.0, "token_weights": 0.0, "colbert_vecs": 0.0}
+    for case in reference.cases:
+        got = run_ort(sess, *case.inputs)[0]                                      # (B, T, H)
+        for i, path in case.files[0]:   # each row's unpadded positions (right padding)
+            ref = torch.from_numpy(np.load(path))                                 # (n, H)
+            g = got[i, :len(ref)]
+            pairs = (("dense_vecs", F.normalize(ref[:1], dim=-1), l2_normalize(g[:1])),
+                     ("token_weights", torch.relu(F.linear(ref, ws, bs))[:, 0],
+                      token_weights(g, heads)),
+                     ("colbert_vecs", F.normalize(F.linear(ref[1:], wc, bc), dim=-1),
+                      l2_normalize(colbert_projection(g[1:], heads))))
+            for name, want, have in pairs:
+                d = float(np.abs(want.numpy() - have).max(initial=0.0))
+                worst[name] = d if not np.isfinite(d) else max(worst[name], d)
+    name, d = max(worst.items(), key=lambda kv: kv[1] if np.isfinite(kv[1]) else np.inf)
+    if not (np.isfinite(d) and d <= atol):   # as the graph's own parity refuses
+        raise CheckFailed(f"parity failed: BGE-M3's {name} differ by {d:.3g} (> {atol:g}) from "
+                          "torch's on the parity grid", "check the export's heads "
+                          "(bge_m3_heads.safetensors) against colbert_linear.pt and "
+                          "sparse_linear.pt, and export again")
+    return {"atol": atol, "max_abs": worst, "passed": True}

@@ -62,6 +62,16 @@ def lexical_weights(ids: np.ndarray, weights: np.ndarray, unused: np.ndarray) ->
             for i, w in zip(ids[order].tolist(), weights[order].tolist())]
 
 
+def token_weights(flat: np.ndarray, heads) -> np.ndarray:
+    """(N, H) token vectors -> (N,) lexical weights: relu(sparse_linear(h))."""
+    return np.maximum(flat @ heads.sparse_weight.T + heads.sparse_bias, 0)[:, 0]
+
+
+def colbert_projection(flat: np.ndarray, heads) -> np.ndarray:
+    """(N, H) token vectors -> (N, D): colbert_linear(h), as one 2-D product."""
+    return flat @ heads.colbert_weight.T + heads.colbert_bias
+
+
 class BgeM3Pipeline(Pipeline):
     """`heads`: the export's colbert and sparse linear layers (runtime/core/bge_m3.py)."""
 
@@ -111,9 +121,9 @@ class BgeM3Pipeline(Pipeline):
             if normalize:
                 dense = l2_normalize(dense)
             if wanted["lexical_weights"]:
-                weights = np.maximum(flat @ h.sparse_weight.T + h.sparse_bias, 0).reshape(B, T)
-            if wanted["colbert_vecs"]:   # one 2-D product for the micro-batch
-                colbert = (flat @ h.colbert_weight.T + h.colbert_bias).reshape(B, T, -1)
+                weights = token_weights(flat, h).reshape(B, T)
+            if wanted["colbert_vecs"]:   # one product for the micro-batch
+                colbert = colbert_projection(flat, h).reshape(B, T, -1)
             rows = []
             for r, n in enumerate(batch.lengths):
                 row = {}

@@ -97,9 +97,27 @@ def test_export_records_the_heads_and_parity(m3_reference, m3_export):
     manifest = json.loads((m3_export / "bertonnx.json").read_text())
     assert manifest["task"] == "bge-m3" and manifest["parity"]["passed"]
     assert manifest["parity"]["max_abs"]["last_hidden_state"] <= 1e-4
+    # the three outputs judged too: the runtime's heads on the graph against torch's on torch's
+    heads = manifest["parity"]["heads"]
+    assert set(heads["max_abs"]) == {"dense_vecs", "token_weights", "colbert_vecs"}
+    assert max(heads["max_abs"].values()) <= 1e-4 and heads["passed"]
     assert "bge_m3_heads.safetensors" in manifest["files"]
     assert not list(m3_export.glob("*.pt"))   # no pickle reaches the runtime's folder
     assert inferred_task(m3_reference / "model")[0] == "bge-m3"
+
+
+def test_export_refuses_heads_that_part_from_torch(tiny_checkpoint, tmp_path, monkeypatch):
+    """A runtime head that drops its bias fails the export's parity, naming the output."""
+    from bertonnx.export import ExportOptions, export_model  # torch: lazy
+    from bertonnx.runtime.core.errors import CheckFailed
+    from bertonnx.runtime.core.pipelines import bge_m3
+
+    monkeypatch.setattr(bge_m3, "token_weights",
+                        lambda flat, heads: np.maximum(flat @ heads.sparse_weight.T, 0)[:, 0])
+    with pytest.raises(CheckFailed, match="BGE-M3's token_weights differ"):
+        export_model(tiny_checkpoint("bge-m3"), "bge-m3", tmp_path / "out",
+                     ExportOptions(parity=True))
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_folder_without_the_heads_is_refused(tiny_checkpoint, tmp_path):
