@@ -299,7 +299,7 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         del proto
         chosen = choose(job, box, model_path)
         quant, counts, figures = chosen.quantization, chosen.fused_ops, chosen.parity
-        if task == "bge-m3" and reference is not None and options.quantize == "none":
+        if bge_m3.carries_heads(stack) and reference is not None and options.quantize == "none":
             # its heads run after the graph (pipelines/bge_m3.py): the three outputs judged too
             figures = {**figures, "heads": bge_m3.judge_heads(reference, model_path, tmp, stack)}
         # the same graph on the other engines this machine has, against the same torch outputs

@@ -53,6 +53,11 @@ def carry_heads(source: Path | None, out: Path) -> dict:
     return record
 
 
+def carries_heads(record: dict) -> bool:
+    """Whether an export's manifest record (`carry_heads`'s) holds BGE-M3 heads."""
+    return "bge_m3" in record
+
+
 def judge_heads(reference, graph: Path, folder: Path, record: dict,
                 atol: float = FP32_ATOL) -> dict:
     """The three outputs' parity: the runtime's heads (pipelines/bge_m3.py, numpy) on the graph's
