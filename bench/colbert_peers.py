@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import numpy as np
 
-REFERENCES = Path("~/.cache/bertonnx-tests/references/bin/python").expanduser()
+from . import references
+
+REFERENCES = references.python()
 
 
 def _reference(out: Path, threads: int, n: int) -> None:
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     subprocess.run([str(REFERENCES), "-m", "bertonnx.bench.colbert_peers", "--reference",
                     "--threads", str(args.threads), "--documents", str(args.documents),
                     "--out", str(args.out)], check=True,
-                   # the references' environment reads this one's packages after its own
-                   env={**os.environ, "BERTONNX_SUITE_SITE": sysconfig.get_paths()["purelib"]})
+                   env=references.env())
     from bertonnx.export import ExportOptions, export_model   # torch: only once PyLate ran
     from bertonnx.runtime import load
 

@@ -21,8 +21,8 @@ import huggingface_hub
 import torch
 from safetensors.torch import load_file
 
-from bertonnx.runtime.core import (colbert, cross_encoder, defaults, sentence_transformers,
-                                   sparse_encoder)
+from bertonnx.runtime.core import (bge_m3, colbert, cross_encoder, defaults,
+                                   sentence_transformers, sparse_encoder)
 from bertonnx.runtime.core.contract import ARCHITECTURE_TASKS, task_of_architectures
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.families import DEFAULT_MODEL_TYPE, family
@@ -101,6 +101,8 @@ def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
     except ConfigError as e:
         raise ConfigError(f"{config}: {e.problem}", e.fix) from e
     name = path_or_hub_id
+    if bge_m3.is_bge_m3_folder(folder):  # FlagEmbedding's two heads beside the encoder
+        return "bge-m3", f"from {name}'s colbert_linear.pt and sparse_linear.pt: a BGE-M3"
     if colbert.is_colbert_folder(folder):  # PyLate ColBERT, ST MultiVectorEncoder: token vectors
         return "multi-vector", f"from {name}'s config_sentence_transformers.json: a ColBERT"
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder

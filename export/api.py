@@ -37,7 +37,7 @@ from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand
 from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
-from . import calibrate, engines, fusion, graph, memory, parity, sentence, variants
+from . import bge_m3, calibrate, engines, fusion, graph, memory, parity, sentence, variants
 from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
@@ -299,6 +299,9 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         del proto
         chosen = choose(job, box, model_path)
         quant, counts, figures = chosen.quantization, chosen.fused_ops, chosen.parity
+        if bge_m3.carries_heads(stack) and reference is not None and options.quantize == "none":
+            # its heads run after the graph (pipelines/bge_m3.py): the three outputs judged too
+            figures = {**figures, "heads": bge_m3.judge_heads(reference, model_path, tmp, stack)}
         # the same graph on the other engines this machine has, against the same torch outputs
         on_engines = engines.judge(reference, model_path, options.quantize, say)
 

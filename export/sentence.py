@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from bertonnx.export.bge_m3 import carry_heads
 from bertonnx.runtime.core.colbert import is_colbert_folder
 from bertonnx.runtime.core.multi_vector_encoder import read_multi_vector
 from bertonnx.runtime.core.cross_encoder import read_cross_encoder
@@ -40,6 +41,8 @@ def carry(source: Path | None, task: str, out: Path) -> dict:
     `task` exports."""
     if task == "multi-vector":
         return _carry_colbert(source, out)
+    if task == "bge-m3":
+        return carry_heads(source, out)
     if source is None or task not in _MADE_FOR or not _MADE_FOR[task](source):
         return {}
     stack = read_folder(source, task)

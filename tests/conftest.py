@@ -192,6 +192,8 @@ SPECS: dict[str, tuple[str, dict]] = {
     "sparse-embedding": ("sparse-embedding", {}),
     # a ColBERT folder as PyLate saves one (write_colbert_files), its prefixes [unused0/1]
     "multi-vector": ("multi-vector", dict(vocab=len(VOCAB) + 2)),
+    # a BGE-M3 folder: XLM-R with FlagEmbedding's colbert_linear.pt and sparse_linear.pt
+    "bge-m3": ("bge-m3", dict(model_type="xlm-roberta")),
     # sequence classifiers for reranking (one label) and zero-shot (an NLI model); the wider
     # initialisation spreads their scores, so a ranking or a label order means something
     "text-ranking": ("text-ranking", dict(labels={0: "score"}, initializer_range=0.5)),
@@ -255,6 +257,10 @@ def make_checkpoint(folder: Path, task: str = "fill-mask", *, model_type: str = 
         from tests.colbert_folder import write_colbert_files  # numpy, safetensors: as above
 
         write_colbert_files(folder, model.config.hidden_size, seed)
+    if task == "bge-m3":
+        from tests.bge_m3_folder import write_m3_files  # torch: as above
+
+        write_m3_files(folder, model.config.hidden_size, seed)
     if fast is not None:
         fast.save_pretrained(folder)
     elif tokenizer:

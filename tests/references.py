@@ -23,12 +23,13 @@ it declares transformers>=5 but runs on the suite's 4.57, as tests/st6_reference
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+
+from bertonnx.bench.references import SUITE_SITE, cache, env  # noqa: F401 (env: the tests')
 
 # Exact versions: the references' behaviour is what the tests compare against
 PACKAGES = ("sentence-transformers==5.3.0", "pylate==1.6.0", "FlagEmbedding==1.4.2",
@@ -41,14 +42,6 @@ IMPORTS = "import pylate.models, pylate.rank; from FlagEmbedding import BGEM3Fla
 
 
 # the suite's site-packages, which the references' environment reads after its own
-SUITE_SITE = "BERTONNX_SUITE_SITE"
-
-
-def env() -> dict:
-    """The environment to run the references in from this interpreter's suite."""
-    return {**os.environ, SUITE_SITE: sysconfig.get_paths()["purelib"]}
-
-
 @dataclass(frozen=True)
 class Environment:
     """A references' venv: its folder name in the cache, its packages (--no-deps, over the
@@ -60,8 +53,7 @@ class Environment:
     made: str
 
     def root(self) -> Path:
-        return Path(os.environ.get("BERTONNX_TEST_CACHE") or "~/.cache/bertonnx-tests"
-                    ).expanduser() / self.name
+        return cache() / self.name
 
     def python(self) -> Path | None:
         """The interpreter, when made (its stamp written last)."""

@@ -144,11 +144,29 @@ def _multi(pipe, read, params) -> None:
           [f"{kind} text", "tokens", "dims", "first token"])
 
 
+def _m3(pipe, read, params, shown: int = 5) -> None:
+    """Each text's BGE-M3 outputs in one row: the dense vector's first values, the heaviest
+    lexical weights with their tokens, how many colbert vectors (--json: every value)."""
+    out = pipe.per_input(pipe(read, **params), read)
+    rows = []
+    for i, (text, r) in enumerate(zip(read.records, out)):
+        dense = r.get("dense_vecs")
+        weights = r.get("lexical_weights")
+        colbert = r.get("colbert_vecs")
+        rows.append([f"[{i}] {short(text, 30)}",
+                     "" if dense is None else " ".join(f"{x:+.3f}" for x in dense[:3]),
+                     "" if weights is None else " ".join(
+                         f"{pipe.tokenizer.id_to_token(e['index'])}:{e['value']:.2f}"
+                         for e in weights[:shown]),
+                     "" if colbert is None else f"{colbert.shape[0]} x {colbert.shape[1]}"])
+    table(rows, ["text", "dense", "lexical weights (heaviest)", "colbert"])
+
+
 SHOWN = {"fill-mask": _fill_mask, "text-classification": _classify,
          "question-answering": _qa, "token-classification": _tokens,
          "feature-extraction": _embed, "text-ranking": _rerank,
          "zero-shot-classification": _zero_shot, "sparse-embedding": _sparse,
-         "multi-vector": _multi}
+         "multi-vector": _multi, "bge-m3": _m3}
 
 
 def show(task: str, pipe, read, params: dict) -> None:

@@ -224,6 +224,27 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               '("text").', flag=None, v2=False),
     ), per_token=False, agreement="cosine", vector_output=False, example=_text,
         hf_truncation=False),
+    # BGE-M3 (a FlagEmbedding folder: XLM-R + colbert_linear.pt + sparse_linear.pt): the
+    # encoder's token vectors, as feature-extraction's graph answers them; the three outputs
+    # (dense [CLS], lexical weights, colbert vectors) from that one run in pipelines/bge_m3.py
+    Task("bge-m3", (), "identity", "Model", (("last_hidden_state", _BS),),
+         (2, "hidden_size"), "embed-m3", "Dense, sparse and multi-vector (BGE-M3) embeddings.",
+         "bge_m3:BgeM3Pipeline", ("text",), (
+        # BGEM3FlagModel.encode's names; all three by default (one forward pass answers them)
+        Param("return_dense", boolean(), True, "The dense vector ([CLS]).",
+              Flag(negatable=True)),
+        Param("return_sparse", boolean(), True, "The lexical weights ({index, value} by id).",
+              Flag(negatable=True)),
+        Param("return_colbert_vecs", boolean(), True,
+              "The multi-vector (ColBERT) token vectors.", Flag(negatable=True)),
+        # BGEM3FlagModel's normalize_embeddings: the dense and colbert vectors
+        Param("normalize", boolean(), True, "Unit-length dense and colbert vectors.",
+              Flag(negatable=True)),
+        # encode's max_length: FlagEmbedding cuts at 512 tokens unless told otherwise
+        Param("max_length", integer(1, lambda pipe: pipe.max_length, none=True, example=512),
+              None, "Tokens per text (default min(512, the model's); BGE-M3 reads 8192)."),
+    ), per_token=False, agreement="cosine", vector_output=False, example=_text,
+        hf_truncation=False),
     # SPLADE: the MLM head's logits pooled inside the graph (build/heads.py SpladeHead), so the
     # graph answers (B, V) and never hands out the (B, T, V) logits; pipelines/sparse_embedding
     Task("sparse-embedding", (), "splade", "ForMaskedLM", (("sparse_embedding", _B),),

@@ -78,7 +78,7 @@ TOKEN_MATRICES = {"type": "array", "items": {"anyOf": [
     {"type": "string", "description": "base64 of (tokens × dim) little-endian float32"}]}}
 
 EMBED_MULTI = Endpoint("POST", "/embed_multi", "ColBERT token vectors (multi-vector).", TAG,
-                       ("multi-vector",), embed_multi_request,
+                       ("multi-vector", "bge-m3"), embed_multi_request,
                        lambda state: {"inputs": "What is Deep Learning?", "is_query": True},
                        lambda state: TOKEN_MATRICES,
                        {413: "A body past --max-body-bytes.",

@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from ..core.quantize_embeddings import base64_floats
 from ..core.tensors import hidden_size
+from .bge_m3 import TASK as M3_TASK, M3Output
 from .protocol import Parsed, json_bytes
 from .wire import ANY_METHOD, Call, FieldError, Wire, served
 
@@ -69,7 +70,8 @@ def model_not_found(name: str, names: list[str]):
 
 class EmbeddingsWire(Wire):
     name = "openai"
-    tasks = (TASK,)
+    # a BGE-M3 export answers with its dense vectors (bge_m3.M3Output)
+    tasks = (TASK, M3_TASK)
 
     def unknown_model(self, name, names):
         return _field(f"The model {name!r} does not exist: this server serves "
@@ -96,7 +98,7 @@ class EmbeddingsWire(Wire):
             raise _field(f"The model {model!r} does not exist: this server serves "
                          f"{state.name!r} (GET /v1/models)", "model", 404, "ModelNotFound")
         task = state.pipeline.task
-        if task != TASK:
+        if task not in self.tasks:
             raise _field(f"the model {state.name!r} is a {task} export; /v1/embeddings needs a "
                          f"feature-extraction export (bertonnx export MODEL --task {TASK}); "
                          "this one answers POST /predict and /v2/models/NAME/infer",
@@ -138,7 +140,7 @@ class EmbeddingsWire(Wire):
         return error_response(status, message, kind, headers, parameter)
 
 
-EMBEDDINGS = EmbeddingsWire()
+EMBEDDINGS = M3Output(EmbeddingsWire(), "dense_vecs")
 
 
 def _texts(value) -> list[str]:

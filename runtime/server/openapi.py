@@ -218,7 +218,7 @@ ENDPOINTS = (
     Endpoint("GET", "/openapi.json", "This document.", "bertonnx",
              response=_answer({"type": "object"}), errors=NOT_READY, error_schema="Error"),
     Endpoint("POST", "/v1/embeddings", "OpenAI's embeddings API.", "OpenAI",
-             ("feature-extraction",), embeddings_request,
+             ("feature-extraction", "bge-m3"), embeddings_request,
              lambda state: {"input": "What is Deep Learning?", "model": state.name},
              _answer(EMBEDDINGS),
              {**LIMITS, 404: "model_not_found: another model's name (GET /v1/models)."},

@@ -21,7 +21,7 @@ from ..core.errors import ArtifactError, BertOnnxError, InputError
 from ..core.foreign import read_manifest
 from .app import create_app
 from .connections import guarded_protocol
-from .openai import TASK as EMBEDDINGS_TASK
+from .openai import EMBEDDINGS
 from .registry import ModelSource
 from .settings import ServeOptions
 
@@ -83,8 +83,8 @@ _ANNOUNCED = re.compile(r" on (https?://[\d.]+:\d+) ")
 
 def served_routes(task: str, name: str) -> str:
     """The routes `serve` announces: those that answer the export's task (/v1/embeddings
-    answers only an embedding export; on the others it refuses every request)."""
-    embeddings = ["/v1/embeddings"] if task == EMBEDDINGS_TASK else []
+    answers only an embedding or BGE-M3 export; on the others it refuses every request)."""
+    embeddings = ["/v1/embeddings"] if task in EMBEDDINGS.tasks else []
     return (f"POST {', '.join(['/predict', *embeddings, f'/v2/models/{name}/infer'])}; "
             "GET /health, /metrics, /v1/models, /v2")
 

@@ -20,6 +20,7 @@ from .tei_drop_in import (TEI_PREDICT_FIELDS, DecodeWire, Dispatch, EmbedAllWire
                           InferenceApiWire, PredictWire, SimilarityWire)
 from .tei_retrieval import EmbedSparseWire, RerankWire
 from . import multi_vector
+from .bge_m3 import M3Output
 from .wire import PREDICT, FieldError
 
 NULL = {"type": "null"}
@@ -194,7 +195,7 @@ def _example(body):
 
 
 EMBED = Endpoint("POST", "/embed", "Sentence embeddings (TEI's /embed).", TAG,
-                 ("feature-extraction",), embed_request, _example({"inputs": EXAMPLE}),
+                 ("feature-extraction", "bge-m3"), embed_request, _example({"inputs": EXAMPLE}),
                  lambda state: VECTORS, {**ERRORS, 404: "Not an embedding export."},
                  "TeiError")
 RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encoder, or by MaxSim "
@@ -205,7 +206,7 @@ RERANK = Endpoint("POST", "/rerank", "Texts ranked for a query by a cross-encode
                   lambda state: RANKS, {**ERRORS, 404: "Not a text-ranking export."},
                   "TeiError")
 EMBED_SPARSE = Endpoint("POST", "/embed_sparse", "Sparse SPLADE vectors (TEI's "
-                        "/embed_sparse).", TAG, ("sparse-embedding",), sparse_request,
+                        "/embed_sparse).", TAG, ("sparse-embedding", "bge-m3"), sparse_request,
                         _example({"inputs": EXAMPLE}), lambda state: SPARSE,
                         {**ERRORS, 404: "Not a sparse-embedding export."}, "TeiError")
 TOKENIZE = Endpoint("POST", "/tokenize", "The tokens of each text (TEI's /tokenize).", TAG,
@@ -281,10 +282,12 @@ ERROR_SCHEMA = object_schema({"error": STRING, "error_type": {
     "type": "string", "enum": ["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer",
                                "Empty"]}}, ["error", "error_type"])
 
-WIRES = {"/embed": EmbedWire(EMBED), "/rerank": RerankWire(RERANK),
-         "/embed_sparse": EmbedSparseWire(EMBED_SPARSE), "/tokenize": TokenizeWire(TOKENIZE),
+# the embedding routes also answer a BGE-M3 export, each with one of its outputs (bge_m3.py)
+WIRES = {"/embed": M3Output(EmbedWire(EMBED), "dense_vecs"), "/rerank": RerankWire(RERANK),
+         "/embed_sparse": M3Output(EmbedSparseWire(EMBED_SPARSE), "lexical_weights"),
+         "/tokenize": TokenizeWire(TOKENIZE),
          "/similarity": SimilarityWire(SIMILARITY), "/embed_all": EmbedAllWire(EMBED_ALL),
-         "/decode": DecodeWire(DECODE), "/embed_multi": multi_vector.WIRE}
+         "/decode": DecodeWire(DECODE), "/embed_multi": M3Output(multi_vector.WIRE, "colbert_vecs")}
 TEI_PREDICT_WIRE = PredictWire(TEI_PREDICT)
 INFERENCE_API = InferenceApiWire()
 INFO_WIRE = TokenizeWire(INFO_ENDPOINT)   # /info's refusals of a model name: TEI's

@@ -33,7 +33,8 @@ from bertonnx.runtime.server.app import ENDPOINTS
 from tests.runtime.server._helpers import TestClient, wait_ready
 
 TASKS = ("fill-mask", "text-classification", "question-answering", "token-classification",
-         "feature-extraction", "text-ranking", "sparse-embedding", "zero-shot-classification")
+         "feature-extraction", "text-ranking", "sparse-embedding", "zero-shot-classification",
+         "bge-m3")
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 # requests per operation and mode: the whole module within ~60 s on two slow cores

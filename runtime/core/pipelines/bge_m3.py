@@ -1,0 +1,142 @@
+"""bge-m3: BGE-M3's dense, sparse and multi-vector embeddings on onnxruntime, from one session run
+per micro-batch, as FlagEmbedding's `BGEM3FlagModel.encode(..., return_dense=True,
+return_sparse=True, return_colbert_vecs=True)` makes them:
+
+    pipe = load("out/bge-m3")
+    pipe("Paris is the capital of France.")
+    # {"dense_vecs": array (H,), "lexical_weights": [{"index": 4865, "value": 0.31}, ...],
+    #  "colbert_vecs": array (tokens - 1, D)}
+
+The graph answers the encoder's token vectors (B, T, H), as feature-extraction's does; the two
+heads the export carried (runtime/core/bge_m3.py) run here on them: dense = the [CLS] vector;
+lexical weights = relu(sparse_linear(h)) per token, the largest per token id, the cls/eos/pad/unk
+ids and zero weights left out (FlagEmbedding's `_process_token_weights`), listed heaviest first
+(equal weights by id) in TEI's /embed_sparse names as pipelines/sparse_embedding.py lists them;
+colbert vectors = colbert_linear on each attended token after [CLS] (the </s> included).
+`normalize` (BGEM3FlagModel's normalize_embeddings, on by default) makes the dense and colbert
+vectors unit length. Texts are cut at `max_length` tokens, 512 unless told (encode's
+passage_max_length), as FlagEmbedding cuts them. `return_*` leave out what is not wanted (a
+request for several gets them from the same run). Results are one dict per text, with only the
+asked-for keys.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..bge_m3 import read_heads
+from ..contract import MANIFEST_NAME
+from ..errors import ArtifactError, InputError
+from ..postprocess import l2_normalize
+from ..tensors import BYTES, N, TaskTensors, Tensor, texts
+from .base import Pipeline, Work
+from .folder import ExportFolder
+from .inputs import Inputs
+
+DEFAULT_MAX_LENGTH = 512     # BGEM3FlagModel's passage_max_length (encode's max_length)
+OUTPUTS = ("dense_vecs", "lexical_weights", "colbert_vecs")   # encode's keys, in its order
+
+
+def _to_tensors(results: list) -> dict[str, np.ndarray]:
+    """/v2: each text's outputs as one JSON string (the token and weight counts vary)."""
+    return {"embeddings": np.array([json.dumps(_plain(r)) for r in results], np.object_)}
+
+
+def _plain(result: dict) -> dict:
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in result.items()}
+
+
+def lexical_weights(ids: np.ndarray, weights: np.ndarray, unused: np.ndarray) -> list[dict]:
+    """One text's {index, value} entries: each id's largest weight over its tokens, the
+    `unused` ids and weights ≤ 0 left out, heaviest first (equal weights by id)."""
+    keep = (weights > 0) & ~np.isin(ids, unused)
+    ids, weights = ids[keep], weights[keep]
+    order = np.lexsort((-weights, ids))               # by id, the heaviest of each id first
+    ids, weights = ids[order], weights[order]
+    first = np.ones(len(ids), bool)
+    first[1:] = ids[1:] != ids[:-1]
+    ids, weights = ids[first], weights[first]
+    order = np.lexsort((ids, -weights))
+    return [{"index": i, "value": w}
+            for i, w in zip(ids[order].tolist(), weights[order].tolist())]
+
+
+def token_weights(flat: np.ndarray, heads) -> np.ndarray:
+    """(N, H) token vectors -> (N,) lexical weights: relu(sparse_linear(h))."""
+    return np.maximum(flat @ heads.sparse_weight.T + heads.sparse_bias, 0)[:, 0]
+
+
+def colbert_projection(flat: np.ndarray, heads) -> np.ndarray:
+    """(N, H) token vectors -> (N, D): colbert_linear(h), as one 2-D product."""
+    return flat @ heads.colbert_weight.T + heads.colbert_bias
+
+
+class BgeM3Pipeline(Pipeline):
+    """`heads`: the export's colbert and sparse linear layers (runtime/core/bge_m3.py)."""
+
+    task = "bge-m3"
+    tensors = TaskTensors(task, (Tensor("text", BYTES, N),), (Tensor("embeddings", BYTES, N),),
+                          texts, _to_tensors)
+
+    def __init__(self, folder: ExportFolder, session, **kwargs):
+        super().__init__(folder, session, **kwargs)
+        where = folder.path / MANIFEST_NAME
+        record = folder.manifest.sentence_transformers if folder.foreign is None else {}
+        if not record:
+            raise ArtifactError(f"{where} records no BGE-M3 heads",
+                                "export a BGE-M3 folder (BAAI/bge-m3) with --task bge-m3")
+        self.heads = read_heads(folder.path, record, where)
+        tok = self.tokenizer
+        # FlagEmbedding's unused_tokens: the cls, eos, pad and unk tokens' ids
+        eos = tok.token_to_id(tok.eos_token) if tok.eos_token else None
+        self._unused = np.array(sorted({tok.cls_token_id, eos, tok.pad_token_id,
+                                        tok.unk_token_id} - {None}), np.int64)
+        self.dimension = self.heads.colbert_weight.shape[0]
+
+    def _cut(self, max_length: int | None) -> int:
+        """Tokens per text: `max_length`, else encode's 512, within the model's length."""
+        return min(DEFAULT_MAX_LENGTH if max_length is None else max_length, self.max_length)
+
+    def estimate(self, inputs: Inputs, **params) -> Work:
+        """Each text's tokens, cut where the call cuts them (usage, --max-tokens)."""
+        encs = self.backend(self._cut(params.get("max_length"))).encode_batch(
+            list(inputs.records))
+        return Work(sum(len(e.ids) for e in encs))
+
+    def predict(self, read: Inputs, return_dense, return_sparse, return_colbert_vecs,
+                normalize, max_length, batch_size):
+        wanted = dict(zip(OUTPUTS, (return_dense, return_sparse, return_colbert_vecs)))
+        if not any(wanted.values()):
+            raise InputError("return_dense, return_sparse and return_colbert_vecs are all "
+                             "false: nothing to answer", "ask for at least one of them")
+        encs = self.backend(self._cut(max_length)).encode_batch(list(read.records))
+        h = self.heads
+
+        def post(batch, out):
+            hidden = out["last_hidden_state"]                                 # (B, T, H)
+            B, T, H = hidden.shape
+            flat = hidden.reshape(B * T, H)
+            dense = hidden[:, 0]
+            if normalize:
+                dense = l2_normalize(dense)
+            if wanted["lexical_weights"]:
+                weights = token_weights(flat, h).reshape(B, T)
+            if wanted["colbert_vecs"]:   # one product for the micro-batch
+                colbert = colbert_projection(flat, h).reshape(B, T, -1)
+            rows = []
+            for r, n in enumerate(batch.lengths):
+                row = {}
+                if wanted["dense_vecs"]:
+                    row["dense_vecs"] = np.ascontiguousarray(dense[r], np.float32)
+                if wanted["lexical_weights"]:
+                    row["lexical_weights"] = lexical_weights(batch.input_ids[r, :n],
+                                                             weights[r, :n], self._unused)
+                if wanted["colbert_vecs"]:   # the tokens after [CLS]
+                    vecs = colbert[r, 1:n]
+                    row["colbert_vecs"] = np.ascontiguousarray(
+                        l2_normalize(vecs) if normalize else vecs, np.float32)
+                rows.append(row)
+            return rows
+
+        return self.unwrap(self.infer(encs, post, batch_size), read)

@@ -1,0 +1,61 @@
+"""A tiny random BGE-M3 folder and FlagEmbedding's own outputs on it, for the bge-m3 tests.
+
+Run by the tests in the references' environment (tests/references.py), from the repository root:
+
+    REFERENCES_PYTHON -m tests.bge_m3_reference OUT
+
+It saves `OUT/model/` as FlagEmbedding's M3 training saves a folder (runner.py / modeling.py
+`save`): an XLMRobertaModel with its tokenizer, and `colbert_linear.pt` (Linear(H, H)) and
+`sparse_linear.pt` (Linear(H, 1)) as torch.save'd state dicts; then `OUT/outputs.npz`:
+BGEM3FlagModel(OUT/model, use_fp16=False).encode(TEXTS, return_dense=True, return_sparse=True,
+return_colbert_vecs=True, batch_size=BATCH_SIZE) — dense (len(TEXTS), H), colbert<i>
+(tokens - 1, H) and sparse_ids<i> / sparse_values<i> (each lexical_weights dict, ids ascending).
+torch and FlagEmbedding are imported in main() only, so the tests read TEXTS from the suite's
+environment.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Several lengths in one batch (rows padded), a repeated word (the sparse weight is the max over
+# its tokens), characters the tiny vocabulary lacks (<unk>: dropped from the sparse weights), and
+# one text past MAX_LENGTH (cut)
+TEXTS = ["Paris is the capital of France.", "dog", "the dog sat on the mat, the dog sat",
+         "北京欢迎你 ☃ 🙂 ¿", "The quick brown fox jumps over the lazy dog. " * 6, "Hello, world!"]
+BATCH_SIZE = 4
+MAX_LENGTH = 40
+
+
+def main(out: Path) -> None:
+    import numpy as np
+    import torch
+    from FlagEmbedding import BGEM3FlagModel
+
+    from tests.conftest import make_checkpoint
+
+    out.mkdir(parents=True, exist_ok=True)
+    folder = make_checkpoint(out / "model", "feature-extraction", model_type="xlm-roberta",
+                             seed=3)
+    hidden = 32
+    torch.manual_seed(3)
+    colbert, sparse = torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, 1)
+    with torch.no_grad():   # biases away from 0, so a runtime that drops them fails
+        colbert.bias.normal_(0, 0.3)
+        sparse.bias.fill_(0.05)
+    torch.save(colbert.state_dict(), folder / "colbert_linear.pt")
+    torch.save(sparse.state_dict(), folder / "sparse_linear.pt")
+    model = BGEM3FlagModel(str(folder), use_fp16=False, devices="cpu")
+    got = model.encode(TEXTS, batch_size=BATCH_SIZE, max_length=MAX_LENGTH, return_dense=True,
+                       return_sparse=True, return_colbert_vecs=True)
+    arrays = {"dense": np.asarray(got["dense_vecs"], np.float32)}
+    for i, (weights, vecs) in enumerate(zip(got["lexical_weights"], got["colbert_vecs"])):
+        ids = sorted(int(k) for k in weights)
+        arrays[f"sparse_ids{i}"] = np.array(ids, np.int64)
+        arrays[f"sparse_values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
+        arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
+    np.savez(out / "outputs.npz", **arrays)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
