@@ -71,6 +71,15 @@ class MultiVectorPipeline(Pipeline):
             return TextRankingPipeline.read_inputs(inputs)
         return read_texts(inputs)
 
+    # a bulk row holds a text, or (a ranking row, as text-ranking's) a query and its documents
+    row_fields = ("text", *RankInput._fields)
+
+    @classmethod
+    def input_of_row(cls, row):
+        if row.get("query") is not None:
+            return TextRankingPipeline.input_of_row(row)
+        return super().input_of_row(row)
+
     @classmethod
     def is_json_input(cls, x, in_list: bool = False) -> bool:
         return isinstance(x, str) or TextRankingPipeline.is_json_input(x, in_list)
@@ -79,7 +88,7 @@ class MultiVectorPipeline(Pipeline):
     def count(cls, inputs: Inputs) -> int:
         """The texts, or every query's documents (text-ranking's count): what --max-inputs
         bounds."""
-        return TextRankingPipeline.count(inputs) if _ranking(inputs) else len(inputs)
+        return sum(len(r.documents) if isinstance(r, RankInput) else 1 for r in inputs.records)
 
     def __init__(self, folder: ExportFolder, session, **kwargs):
         super().__init__(folder, session, **kwargs)
@@ -155,11 +164,11 @@ class MultiVectorPipeline(Pipeline):
         return rows
 
     def estimate(self, inputs: Inputs, **params) -> Work:
-        if _ranking(inputs):
-            rows = (self.rows([r.query for r in inputs.records], True)
-                    + self.rows([d for r in inputs.records for d in r.documents], False))
-        else:
-            rows = self.rows(list(inputs.records), bool(params.get("is_query")))
+        ranks = [r for r in inputs.records if isinstance(r, RankInput)]
+        texts = [r for r in inputs.records if not isinstance(r, RankInput)]
+        rows = (self.rows(texts, bool(params.get("is_query")))
+                + self.rows([r.query for r in ranks], True)
+                + self.rows([d for r in ranks for d in r.documents], False))
         return Work(sum(len(ids) for ids, _ in rows))
 
     def vectors(self, hidden: np.ndarray, normalize: bool) -> np.ndarray:
@@ -178,21 +187,25 @@ class MultiVectorPipeline(Pipeline):
         return l2_normalize(x) if normalize else x
 
     def predict(self, read: Inputs, is_query, normalize, top_k, return_documents, batch_size):
-        if _ranking(read):   # every query in one call, every document in another
-            records = read.records
-            queries = self.embed([r.query for r in records], True, normalize, batch_size)
-            docs = self.embed([d for r in records for d in r.documents], False, normalize,
-                              batch_size)
-            results, start = [], 0
-            for r, q in zip(records, queries):
-                scores = maxsim(q, docs[start:start + len(r.documents)])
-                start += len(r.documents)
-                # CrossEncoder.rank's shape and order: best first, ties in document order
-                results.append([{"corpus_id": int(i), "score": float(scores[i]),
-                                 **({"text": r.documents[i]} if return_documents else {})}
-                                for i in np.argsort(-scores, kind="stable")[:top_k]])
-            return self.unwrap(results, read)
-        return self.unwrap(self.embed(list(read.records), is_query, normalize, batch_size), read)
+        # texts are encoded; rankings (a bulk chunk may hold both) have every query in one
+        # call and every document in another
+        records = read.records
+        ranks = [r for r in records if isinstance(r, RankInput)]
+        texts = [r for r in records if not isinstance(r, RankInput)]
+        vectors = iter(self.embed(texts, is_query, normalize, batch_size) if texts else ())
+        queries = self.embed([r.query for r in ranks], True, normalize, batch_size)
+        docs = self.embed([d for r in ranks for d in r.documents], False, normalize, batch_size)
+        ranked, start = [], 0
+        for r, q in zip(ranks, queries):
+            scores = maxsim(q, docs[start:start + len(r.documents)])
+            start += len(r.documents)
+            # CrossEncoder.rank's shape and order: best first, ties in document order
+            ranked.append([{"corpus_id": int(i), "score": float(scores[i]),
+                            **({"text": r.documents[i]} if return_documents else {})}
+                           for i in np.argsort(-scores, kind="stable")[:top_k]])
+        ranked = iter(ranked)
+        return self.unwrap([next(ranked) if isinstance(r, RankInput) else next(vectors)
+                            for r in records], read)
 
     def embed(self, texts: list[str], is_query: bool, normalize: bool,
               batch_size: int | None) -> list[np.ndarray]:
@@ -236,8 +249,3 @@ class _Row:
 
     def __init__(self, ids: list[int]):
         self.ids, self.type_ids = ids, [0] * len(ids)
-
-
-def _ranking(read: Inputs) -> bool:
-    """Whether the records are queries with documents to rank (else texts to encode)."""
-    return bool(read.records) and isinstance(read.records[0], RankInput)
