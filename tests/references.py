@@ -12,9 +12,10 @@ once in setup, in seconds on a warm pip cache:
 
     python -m tests.references
 
-The tests run the references there in a subprocess (tests/colbert_reference.py) that builds
-tiny random folders with them and writes their outputs; `reference_python()` finds the
-interpreter, or None (the tests then skip, saying why).
+The tests run the references there in a subprocess (tests/colbert_reference.py,
+st6_reference.py, bge_m3_reference.py) that builds tiny random folders with them and writes
+their outputs: `Environment.write` runs one, and the test skips, saying why, where the
+environment is not made.
 
 sentence-transformers 6's MultiVectorEncoder cannot share that venv (pylate needs 5.3), so it has
 a second one made the same way, references-st6 (`ST6`: sentence-transformers 6.2 alone, --no-deps;
@@ -29,19 +30,21 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from bertonnx.bench.references import SUITE_SITE, cache, env  # noqa: F401 (env: the tests')
 
+REPO = Path(__file__).resolve().parents[1]
 # Exact versions: the references' behaviour is what the tests compare against
 PACKAGES = ("sentence-transformers==5.3.0", "pylate==1.6.0", "FlagEmbedding==1.4.2",
             # their import paths: datasets (pylate.utils, FlagEmbedding.abc), peft (FlagEmbedding)
             "datasets==4.4.2", "peft==0.21.2", "ujson", "dill", "multiprocess", "xxhash")
-# each reference's import, checked once made
 # the stamp written last; a new name remakes an environment made by an older recipe
 MADE = ".made-2"
+# each reference's import, checked once made
 IMPORTS = "import pylate.models, pylate.rank; from FlagEmbedding import BGEM3FlagModel"
 
 
-# the suite's site-packages, which the references' environment reads after its own
 @dataclass(frozen=True)
 class Environment:
     """A references' venv: its folder name in the cache, its packages (--no-deps, over the
@@ -59,6 +62,19 @@ class Environment:
         """The interpreter, when made (its stamp written last)."""
         python = self.root() / "bin" / "python"
         return python if python.is_file() and (self.root() / self.made).is_file() else None
+
+    def write(self, module: str, out: Path) -> Path:
+        """`out`, where `python -m module out` in this environment wrote the reference's
+        folders and outputs; the test skips when the environment is not made, and fails with
+        the reference's own error."""
+        python = self.python()
+        if python is None:
+            pytest.skip(f"the {self.name} environment is not made (python -m tests.references)")
+        done = subprocess.run([str(python), "-m", module, str(out)], cwd=REPO,
+                              capture_output=True, text=True, env=env())
+        if done.returncode:
+            pytest.fail(f"{module} failed:\n{done.stderr[-3000:]}")
+        return out
 
     def prepare(self) -> Path:
         """The venv, made when missing (idempotent); returns its interpreter."""
@@ -90,20 +106,6 @@ REFERENCES = Environment("references", PACKAGES, IMPORTS, MADE)
 # sentence-transformers 6.2 (MultiVectorEncoder); its other imports are the suite's packages
 ST6 = Environment("references-st6", ("sentence-transformers==6.2.0",),
                   "from sentence_transformers import MultiVectorEncoder", ".made-1")
-
-
-def root() -> Path:
-    return REFERENCES.root()
-
-
-def reference_python() -> Path | None:
-    """The references' interpreter, when made (its stamp written last)."""
-    return REFERENCES.python()
-
-
-def prepare() -> Path:
-    """The references' venv, made when missing (idempotent); returns its interpreter."""
-    return REFERENCES.prepare()
 
 
 if __name__ == "__main__":

@@ -2,30 +2,21 @@
 session by tests/colbert_reference.py in the references' environment), and their exports."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.colbert_reference import CASES
-from tests.references import env, reference_python
+from tests.references import REFERENCES
 
-REPO = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope="session")
 def colbert_references(tmp_path_factory) -> Path:
     """The folder tests/colbert_reference.py wrote (a ColBERT folder and an .npz per case)."""
-    python = reference_python()
-    if python is None:
-        pytest.skip("the references' environment is not made (python -m tests.references)")
-    out = tmp_path_factory.mktemp("colbert-references")
-    done = subprocess.run([str(python), "-m", "tests.colbert_reference", str(out)], cwd=REPO,
-                          capture_output=True, text=True, env=env())
-    if done.returncode:
-        pytest.fail(f"tests.colbert_reference failed:\n{done.stderr[-3000:]}")
-    return out
+    return REFERENCES.write("tests.colbert_reference",
+                            tmp_path_factory.mktemp("colbert-references"))
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ return_sparse=True, return_colbert_vecs=True)`, in batches of one and of several
 text cut at max_length among them; the export's parity on the encoder output it answers from."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,24 +15,16 @@ from bertonnx.runtime import load
 from bertonnx.runtime.core.errors import ConfigError, InputError
 
 from tests.bge_m3_reference import MAX_LENGTH, TEXTS
-from tests.references import env, reference_python
+from tests.references import REFERENCES
 
-REPO = Path(__file__).resolve().parents[4]
 ATOL = 1e-4
 
 
 @pytest.fixture(scope="session")
 def m3_reference(tmp_path_factory) -> Path:
     """The folder tests/bge_m3_reference.py wrote: model/ and outputs.npz."""
-    python = reference_python()
-    if python is None:
-        pytest.skip("the references' environment is not made (python -m tests.references)")
-    out = tmp_path_factory.mktemp("bge-m3-reference")
-    done = subprocess.run([str(python), "-m", "tests.bge_m3_reference", str(out)], cwd=REPO,
-                          capture_output=True, text=True, env=env())
-    if done.returncode:
-        pytest.fail(f"tests.bge_m3_reference failed:\n{done.stderr[-3000:]}")
-    return out
+    return REFERENCES.write("tests.bge_m3_reference",
+                            tmp_path_factory.mktemp("bge-m3-reference"))
 
 
 @pytest.fixture(scope="session")

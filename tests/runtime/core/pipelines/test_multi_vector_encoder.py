@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,26 +23,17 @@ from bertonnx.runtime.core.multi_vector_encoder import read_multi_vector
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import DOCUMENTS, QUERIES
-from tests.references import ST6, env
+from tests.references import ST6
 from tests.st6_reference import CASES, FROM_PYLATE
 
 ATOL = 1e-4
-REPO = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope="session")
 def st6_references(tmp_path_factory) -> Path:
     """The folder tests/st6_reference.py wrote (a MultiVectorEncoder folder and an .npz per
     case)."""
-    python = ST6.python()
-    if python is None:
-        pytest.skip("the references-st6 environment is not made (python -m tests.references)")
-    out = tmp_path_factory.mktemp("st6-references")
-    done = subprocess.run([str(python), "-m", "tests.st6_reference", str(out)], cwd=REPO,
-                          capture_output=True, text=True, env=env())
-    if done.returncode:
-        pytest.fail(f"tests.st6_reference failed:\n{done.stderr[-3000:]}")
-    return out
+    return ST6.write("tests.st6_reference", tmp_path_factory.mktemp("st6-references"))
 
 
 @pytest.fixture(scope="session")
