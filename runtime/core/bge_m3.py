@@ -11,7 +11,7 @@ and answers three things from one forward pass (EncoderOnlyEmbedderM3ModelForInf
 dense = the [CLS] (<s>) vector, normalized; lexical weights = relu(sparse_linear(h)) per token,
 the largest per token id, the cls/eos/pad/unk ids and weights of 0 left out; colbert vectors =
 colbert_linear on every attended token after [CLS], normalized. The export reads the .pt files
-once (torch.load(weights_only=True): export/bge_m3.py) and writes both heads as one float32
+once, as weights only (export/bge_m3.py), and writes both heads as one float32
 safetensors file, which the runtime reads (pipelines/bge_m3.py); the manifest records it
 (`M3Settings.to_json`).
 """
