@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from . import engines
+from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
 from .bounds import check_threads
 from .errors import ArtifactError, ConfigError
@@ -103,6 +104,7 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     check_threads(threads)
+    engine_owns_cores()
     choice = providers if isinstance(providers, engines.Choice) else engines.concrete(providers)
     config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
                            choice.batch_tokens, threads, optimization, memory_arena, prepacking)
