@@ -294,8 +294,12 @@ class Pipeline:
     def encode_windows(self, inputs: list, max_length: int, stride: int,
                        strategy: str = "longest_first") -> Windows:
         """Encode into windows of max_length tokens overlapping by `stride`: a long input is
-        windowed, not truncated (QA's contexts, token classification's texts)."""
-        return Windows.of(self.backend(max_length, stride, strategy).encode_batch(inputs))
+        windowed, not truncated (QA's contexts, token classification's texts, long inputs
+        chunked). Windows priced by `work` are taken, not made again (priced.py)."""
+        backend = self.backend(max_length, stride, strategy)
+        encs = self._priced.through([("windows", max_length, stride, strategy, x) for x in inputs],
+                                    lambda at: backend.encode_batch([inputs[i] for i in at]))
+        return Windows.of(encs)
 
     def warn_truncated(self, encs: list) -> None:
         cut = sum(1 for e in encs if e.overflowing)

@@ -6,7 +6,10 @@ them all again. At one short text per request that second pass was a seventh of 
 loop's busy time on a compute-bound server (docs/benchmarks-history.md, "Serving"). Now `work`
 keeps what it makes, and `encode` takes an input's encoding from here when the same input under
 the same truncation was priced: the same tokenizer copy made it from the same text, so it is
-the encoding the call would make.
+the encoding the call would make. Long inputs chunked (feature-extraction's long_inputs="chunk")
+are priced by their windows (`encode_windows`), each input's encoding kept with its overflowing
+windows. (QA and token classification price their windows by arithmetic, not by making them: a
+stride near the window's room multiplies them.)
 """
 from __future__ import annotations
 
@@ -67,12 +70,12 @@ class PricedEncodings:
             for key, enc in zip(keys, encs):
                 old = self._kept.pop(key, None)
                 if old is not None:
-                    self._tokens -= len(old.ids)
+                    self._tokens -= _tokens(old)
                 self._kept[key] = enc
-                self._tokens += len(enc.ids)
+                self._tokens += _tokens(enc)
             while self._tokens > self.limit:
                 _, dropped = self._kept.popitem(last=False)
-                self._tokens -= len(dropped.ids)
+                self._tokens -= _tokens(dropped)
 
     def _take(self, keys) -> list:
         with self._lock:
@@ -80,6 +83,11 @@ class PricedEncodings:
             for key in keys:
                 enc = self._kept.pop(key, None)
                 if enc is not None:
-                    self._tokens -= len(enc.ids)
+                    self._tokens -= _tokens(enc)
                 out.append(enc)
             return out
+
+
+def _tokens(enc) -> int:
+    """An encoding's tokens, its overflowing windows' included (what it holds in memory)."""
+    return len(enc.ids) + sum(len(w.ids) for w in getattr(enc, "overflowing", ()))

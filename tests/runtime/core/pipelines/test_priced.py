@@ -12,6 +12,8 @@ from bertonnx.runtime.core.pipelines.priced import PricedEncodings
 from tests.conftest import CLS, EMB
 
 TEXTS = ["the cat sat on the mat", "a dog ran to the river in paris with music", "paris"]
+# past the tiny models' 64 positions: several windows when chunked
+LONG = " ".join(["the cat sat on the mat by the river in paris with music"] * 12)
 
 
 class Counting:
@@ -36,6 +38,7 @@ def counted(pipe, monkeypatch) -> list:
     (EMB, TEXTS, {}),
     (CLS, [{"text": "the cat", "text_pair": "a mat"}, {"text": "paris", "text_pair": "music"}],
      {"top_k": None}),
+    (EMB, [LONG, "paris"], {"long_inputs": "chunk"}),   # priced by its windows
 ])
 def test_a_priced_call_tokenizes_nothing_again(tiny_export, monkeypatch, name, inputs, params):
     want = load(tiny_export(name))(inputs, **params)   # a pipeline that priced nothing
@@ -49,6 +52,7 @@ def test_a_priced_call_tokenizes_nothing_again(tiny_export, monkeypatch, name, i
     assert len(pipe._priced) == 0 and pipe._priced.tokens == 0   # each taken once
     if name == EMB:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
     else:
         assert got == want
     pipe(inputs, **params)                             # a second call tokenizes afresh
