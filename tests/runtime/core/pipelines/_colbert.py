@@ -7,9 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.colbert_reference import CASES
+from bertonnx.runtime.core.pipelines.multi_vector import maxsim
+
+from tests.colbert_reference import CASES, DOCUMENTS, QUERIES
 from tests.references import REFERENCES
 
+ATOL = 1e-4   # the issue's bound on every token vector and score
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +44,22 @@ def colbert_export(colbert_references, tmp_path_factory):
 def reference_outputs(references: Path, case: str) -> dict[str, np.ndarray]:
     with np.load(references / f"{case}.npz") as data:
         return {k: data[k] for k in data.files}
+
+
+def assert_token_vectors(pipe, ref: dict[str, np.ndarray], case: str) -> None:
+    """Each query's and document's token vectors as the reference's (`q{i}`, `d{i}`): the same
+    number, each within ATOL, at batch sizes 1 and 3 (rows padded against others of other
+    lengths, and alone); each query's MaxSim against the documents as its `scores`."""
+    for batch_size in (1, 3):
+        for kind, texts, got in (("q", QUERIES, pipe(QUERIES, is_query=True,
+                                                      batch_size=batch_size)),
+                                 ("d", DOCUMENTS, pipe(DOCUMENTS, batch_size=batch_size))):
+            assert len(got) == len(texts)
+            for i, vectors in enumerate(got):
+                want = ref[f"{kind}{i}"]
+                assert vectors.shape == want.shape, (case, kind, i)
+                np.testing.assert_allclose(vectors, want, atol=ATOL, rtol=0)
+    documents = pipe(DOCUMENTS)
+    for row, query in enumerate(pipe(QUERIES, is_query=True)):
+        np.testing.assert_allclose(maxsim(query, documents), ref["scores"][row],
+                                   atol=ATOL, rtol=0)

@@ -18,25 +18,14 @@ from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import CASES, DOCUMENTS, QUERIES
 from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
-    colbert_export, colbert_references, reference_outputs)
-
-ATOL = 1e-4
+    ATOL, assert_token_vectors, colbert_export, colbert_references, reference_outputs)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_token_vectors_equal_pylates(case, colbert_references, colbert_export):
     ref = reference_outputs(colbert_references, case)
     pipe = load(colbert_export(case))
-    # several batch sizes: rows padded against others of other lengths, and alone
-    for batch_size in (1, 3):
-        for kind, texts, got in (("q", QUERIES, pipe(QUERIES, is_query=True,
-                                                      batch_size=batch_size)),
-                                 ("d", DOCUMENTS, pipe(DOCUMENTS, batch_size=batch_size))):
-            assert len(got) == len(texts)
-            for i, vectors in enumerate(got):
-                want = ref[f"{kind}{i}"]
-                assert vectors.shape == want.shape, (case, kind, i)
-                np.testing.assert_allclose(vectors, want, atol=ATOL, rtol=0)
+    assert_token_vectors(pipe, ref, case)
     # one text in, one array out; unit vectors unless normalize=False
     one = pipe(DOCUMENTS[1])
     assert isinstance(one, np.ndarray) and one.shape == ref["d1"].shape

@@ -24,9 +24,8 @@ from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import DOCUMENTS, QUERIES
 from tests.references import ST6
+from tests.runtime.core.pipelines._colbert import ATOL, assert_token_vectors, reference_outputs
 from tests.st6_reference import CASES, FROM_PYLATE
-
-ATOL = 1e-4
 
 
 @pytest.fixture(scope="session")
@@ -54,28 +53,9 @@ def st6_export(st6_references, tmp_path_factory):
     return get
 
 
-def outputs(references: Path, case: str) -> dict[str, np.ndarray]:
-    with np.load(references / f"{case}.npz") as data:
-        return {k: data[k] for k in data.files}
-
-
 @pytest.mark.parametrize("case", [*CASES, FROM_PYLATE])
 def test_token_vectors_equal_multi_vector_encoders(case, st6_references, st6_export):
-    ref = outputs(st6_references, case)
-    pipe = load(st6_export(case))
-    for batch_size in (1, 3):   # rows padded against others of other lengths, and alone
-        for kind, texts, got in (("q", QUERIES, pipe(QUERIES, is_query=True,
-                                                      batch_size=batch_size)),
-                                 ("d", DOCUMENTS, pipe(DOCUMENTS, batch_size=batch_size))):
-            assert len(got) == len(texts)
-            for i, vectors in enumerate(got):
-                want = ref[f"{kind}{i}"]
-                assert vectors.shape == want.shape, (case, kind, i)
-                np.testing.assert_allclose(vectors, want, atol=ATOL, rtol=0)
-    documents = pipe(DOCUMENTS)
-    for row, query in enumerate(pipe(QUERIES, is_query=True)):
-        np.testing.assert_allclose(maxsim(query, documents), ref["scores"][row],
-                                   atol=ATOL, rtol=0)
+    assert_token_vectors(load(st6_export(case)), reference_outputs(st6_references, case), case)
 
 
 def test_a_multi_vector_encoder_exports_as_multi_vector_with_its_settings(st6_references,
