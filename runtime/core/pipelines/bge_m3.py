@@ -81,11 +81,8 @@ class BgeM3Pipeline(Pipeline):
 
     def __init__(self, folder: ExportFolder, session, **kwargs):
         super().__init__(folder, session, **kwargs)
-        where = folder.path / MANIFEST_NAME
-        record = folder.manifest.sentence_transformers if folder.foreign is None else {}
-        if not record:
-            raise ArtifactError(f"{where} records no BGE-M3 heads",
-                                "export a BGE-M3 folder (BAAI/bge-m3) with --task bge-m3")
+        record, where = folder.settings_record(
+            "BGE-M3 heads", "export a BGE-M3 folder (BAAI/bge-m3) with --task bge-m3")
         self.heads = read_heads(folder.path, record, where)
         tok = self.tokenizer
         # FlagEmbedding's unused_tokens: the cls, eos, pad and unk tokens' ids

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..contract import MODEL_NAME
+from ..contract import MANIFEST_NAME, MODEL_NAME
 from ..errors import ArtifactError
 from ..families import usable_positions
 from ..files import read_json_object
@@ -56,6 +56,16 @@ class ExportFolder:
         limits = [usable_positions(self.config), self.tokenizer.model_max_length]
         limits = [n for n in limits if isinstance(n, int) and n > 0]
         return min(limits) if limits else 512
+
+    def settings_record(self, what: str, fix: str) -> tuple[dict, Path]:
+        """The settings export recorded from the source folder's modules (the manifest's
+        `sentence_transformers`) and where they live; a one-line ArtifactError naming `what`
+        when there are none (a folder made elsewhere has no manifest to hold them)."""
+        where = self.path / MANIFEST_NAME
+        record = self.manifest.sentence_transformers if self.foreign is None else {}
+        if not record:
+            raise ArtifactError(f"{where} records no {what}", fix)
+        return record, where
 
     @property
     def id2label(self) -> dict[int, str]:

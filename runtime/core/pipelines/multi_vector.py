@@ -25,7 +25,6 @@ import json
 import numpy as np
 
 from ..colbert import ColbertSettings
-from ..contract import MANIFEST_NAME
 from ..batches import micro_batches
 from ..errors import ArtifactError
 from ..postprocess import l2_normalize
@@ -86,18 +85,15 @@ class MultiVectorPipeline(Pipeline):
 
     @classmethod
     def count(cls, inputs: Inputs) -> int:
-        """The texts, or every query's documents (text-ranking's count): what --max-inputs
-        bounds."""
+        """What --max-inputs bounds: one per text to encode, and each ranking's documents
+        (text-ranking's count; a bulk chunk may hold both)."""
         return sum(len(r.documents) if isinstance(r, RankInput) else 1 for r in inputs.records)
 
     def __init__(self, folder: ExportFolder, session, **kwargs):
         super().__init__(folder, session, **kwargs)
-        where = folder.path / MANIFEST_NAME
-        record = folder.manifest.sentence_transformers if folder.foreign is None else {}
-        if not record:
-            raise ArtifactError(f"{where} records no ColBERT settings",
-                                "export a PyLate ColBERT or MultiVectorEncoder folder "
-                                "with --task multi-vector")
+        record, where = folder.settings_record(
+            "ColBERT settings",
+            "export a PyLate ColBERT or MultiVectorEncoder folder with --task multi-vector")
         settings = ColbertSettings.from_json(record, where)
         for m in settings.modules:
             if m.weights not in folder.manifest.files:
