@@ -155,23 +155,35 @@ def _first_tokens(pipe, documents: list[str], limit: int, last: bool = False) ->
             for d, e in zip(documents, encodings)]
 
 
-def request_schema(state) -> dict:
+COUNT = {"type": "integer", "minimum": 1}
+# the answers both routes share, beside their own 400 and 404
+ANSWERS = {413: "A body past --max-body-bytes.",
+           422: "Past a limit (--max-inputs, --max-tokens), named.",
+           503: "The model is loading, or the server is draining."}
+
+
+def _body(state, required: tuple[str, ...], listed: str, properties: dict) -> dict:
+    """A v2 request body: `model` (this export's name), `required`, the list `listed` (at most
+    --max-inputs), `priority` (accepted, ignored) and the route's own `properties`."""
     limit = state.options.limits.max_inputs
-    count = {"type": "integer", "minimum": 1}
-    return {"type": "object", "required": ["model", "query", "documents"],
-            "additionalProperties": False, "properties": {
+    return {"type": "object", "required": ["model", *required], "additionalProperties": False,
+            "properties": {
                 "model": {"type": "string", "enum": [state.name]},
-                "query": STRING,
-                "documents": {"type": "array", "items": STRING, "minItems": 1,
-                              "maxItems": limit,
-                              "description": f"At most {limit} (--max-inputs)."},
-                "top_n": {**count, "description": "The best N (default: all)."},
-                "max_tokens_per_doc": {**count, "description": "Cut each document to its "
-                                                               "first N tokens."},
+                listed: {"type": "array", "items": STRING, "minItems": 1, "maxItems": limit,
+                         "description": f"At most {limit} (--max-inputs)."},
                 "priority": {"type": "integer", "minimum": 0,
                              "description": "Accepted, ignored (one queue)."},
-                "relevant_spans": {"type": "object", "description": "Not supported: "
-                                   "\"enabled\" is refused."}}}
+                **properties}}
+
+
+def request_schema(state) -> dict:
+    return _body(state, ("query", "documents"), "documents", {
+        "query": STRING,
+        "top_n": {**COUNT, "description": "The best N (default: all)."},
+        "max_tokens_per_doc": {**COUNT, "description": "Cut each document to its first N "
+                                                       "tokens."},
+        "relevant_spans": {"type": "object",
+                           "description": "Not supported: \"enabled\" is refused."}})
 
 
 # -- /v2/embed -------------------------------------------------------------------------------
@@ -285,37 +297,26 @@ RERANK = Endpoint("POST", "/v2/rerank", "Documents ranked for a query (Cohere's 
                                                "Paris is in France."], "top_n": 1},
                   lambda state: RESPONSE,
                   {400: "A bad request.", 404: "Another model's name, or not a text-ranking "
-                   "export.", 413: "A body past --max-body-bytes.",
-                   422: "Past a limit (--max-inputs, --max-tokens), named.",
-                   503: "The model is loading, or the server is draining."}, "CohereError")
+                   "export.", **ANSWERS}, "CohereError")
 
 
 def embed_schema(state) -> dict:
-    limit = state.options.limits.max_inputs
-    count = {"type": "integer", "minimum": 1}
-    return {"type": "object", "required": ["model", "input_type", "texts"],
-            "additionalProperties": False, "properties": {
-                "model": {"type": "string", "enum": [state.name]},
-                "input_type": {"type": "string", "enum": list(INPUT_TYPES),
-                               "description": "The model folder's prompt of that name, where "
-                                              "it has one (search_query: query, "
-                                              "search_document: document)."},
-                "texts": {"type": "array", "items": STRING, "minItems": 1, "maxItems": limit,
-                          "description": f"At most {limit} (--max-inputs)."},
-                "embedding_types": {"type": "array", "items": {
-                    "type": "string", "enum": list(EMBEDDING_TYPES)},
-                    "description": "Default [\"float\"]; int8/uint8 use the ranges "
-                                   "calibrated at export."},
-                "output_dimension": {**count, "maximum": state.pipeline.dimension,
-                                     "description": "The first N values, renormalized."},
-                "truncate": {"type": "string", "enum": list(TRUNCATE),
-                             "description": "END (default) cuts a long text's end, START "
-                                            "its start; NONE refuses it."},
-                "max_tokens": {**count, "description": "Cut each text to N tokens first."},
-                "priority": {"type": "integer", "minimum": 0,
-                             "description": "Accepted, ignored (one queue)."},
-                "images": {"type": "array", "maxItems": 0, "description": "Not supported."},
-                "inputs": {"type": "array", "maxItems": 0, "description": "Not supported."}}}
+    return _body(state, ("input_type", "texts"), "texts", {
+        "input_type": {"type": "string", "enum": list(INPUT_TYPES),
+                       "description": "The model folder's prompt of that name, where it has "
+                                      "one (search_query: query, search_document: document)."},
+        "embedding_types": {"type": "array", "items": {"type": "string",
+                                                       "enum": list(EMBEDDING_TYPES)},
+                            "description": "Default [\"float\"]; int8/uint8 use the ranges "
+                                           "calibrated at export."},
+        "output_dimension": {**COUNT, "maximum": state.pipeline.dimension,
+                             "description": "The first N values, renormalized."},
+        "truncate": {"type": "string", "enum": list(TRUNCATE),
+                     "description": "END (default) cuts a long text's end, START its start; "
+                                    "NONE refuses it."},
+        "max_tokens": {**COUNT, "description": "Cut each text to N tokens first."},
+        "images": {"type": "array", "maxItems": 0, "description": "Not supported."},
+        "inputs": {"type": "array", "maxItems": 0, "description": "Not supported."}})
 
 
 _INTS = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
@@ -336,9 +337,7 @@ EMBED = Endpoint("POST", "/v2/embed", "Sentence embeddings by type (Cohere's v2 
                  lambda state: EMBED_RESPONSE,
                  {400: "A bad request, or int8/uint8 from an export without ranges.",
                   404: "Another model's name, or not a feature-extraction export.",
-                  413: "A body past --max-body-bytes.",
-                  422: "Past a limit (--max-inputs, --max-tokens), named.",
-                  503: "The model is loading, or the server is draining."}, "CohereError")
+                  **ANSWERS}, "CohereError")
 ENDPOINTS = (RERANK, EMBED)
 WIRE = RerankWire(RERANK)
 EMBED_WIRE = EmbedWire(EMBED)
