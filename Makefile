@@ -60,13 +60,13 @@ load-tools:
 # --no-deps because its numpy<2 would replace the suite's numpy 2 (tritonclient is in the test
 # extra; grpcio comes with ray[serve]). Triton 2.51's Python stub needs numpy<2, so it runs the
 # model in its own small environment, $(VENV)/triton-stub (serve --triton-python), with the
-# suite's onnxruntime and tokenizers.
+# suite's onnxruntime and tokenizers (and the rest of the base install: threadpoolctl).
 TRITON_STUB := $(VENV)/triton-stub
 triton-stub:
 	$(PY) -m pip install --no-deps nvidia-pytriton==0.7.0
 	test -x $(TRITON_STUB)/bin/python || $(PY) -m venv $(TRITON_STUB)
 	$(PY) -m pip freeze | grep -iE '^(onnxruntime|tokenizers)==' > $(TRITON_STUB)/same.txt
-	$(TRITON_STUB)/bin/python -m pip install "numpy<2" onnxruntime tokenizers -c $(TRITON_STUB)/same.txt
+	$(TRITON_STUB)/bin/python -m pip install "numpy<2" onnxruntime tokenizers threadpoolctl -c $(TRITON_STUB)/same.txt
 	$(TRITON_STUB)/bin/python -m pip install --no-deps -e .
 
 demo: $(STAMP)

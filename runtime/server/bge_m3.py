@@ -10,18 +10,21 @@ limits and errors), then the parameters that mean something to BGE-M3 are kept (
 and the call asks the pipeline for that one output only; the answer goes back through the wire's
 own `respond`. What BGE-M3 does not do is refused in one line naming the field: a prompt, a
 `dimensions` cut, truncation on the left (FlagEmbedding cuts texts on the right, at 512 tokens
-by default, as `BGEM3FlagModel.encode` does — `truncate` changes nothing). `is_query` is read
+by default, as `BGEM3FlagModel.encode` does; `truncate: false` refuses a text past that cut, as
+TEI refuses one past the model, and /info's max_input_length is the cut). `is_query` is read
 and has no effect: BGE-M3 encodes queries as it encodes documents. Another export on the same
 route is the wire's alone.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .protocol import Parsed
+from .tei import refuse_long
 from .wire import Call, FieldError, Wire
 
 TASK = "bge-m3"
@@ -53,8 +56,12 @@ class M3Output(Wire):
         call = self.inner.parse(state, request, body)
         if state.pipeline.task != TASK:
             return call
+        # the wire has read the body: TEI's truncate, where the route has it, is its field
+        refuse = json.loads(body).get("truncate") is False
         params = {}
         for name, value in call.parsed.params.items():
+            if name == "long_inputs":   # --long-inputs chunk: BGE-M3 is not windowed here
+                continue
             if name in KEPT:
                 params[name] = value
             elif name in HARMLESS:
@@ -71,12 +78,15 @@ class M3Output(Wire):
                   "return_colbert_vecs": self.output == "colbert_vecs"}
         parsed = call.parsed
         return Call(Parsed(parsed.inputs, parsed.single, {**params, **wanted}),
-                    _Answered(call.context))
+                    _Answered(call.context, refuse))
 
     def price(self, prepared, pipe, limits, call: Call):
         if pipe.task != TASK:
             return self.inner.price(prepared, pipe, limits, call)
-        return prepared.price(pipe, limits)   # texts are cut at max_length, never refused
+        work = prepared.price(pipe, limits)
+        if call.context.refuse_long:   # truncate false: past the cut is refused, not cut
+            refuse_long(pipe, list(prepared.read.records))
+        return work
 
     def respond(self, answer, call: Call, work):
         if isinstance(call.context, _Answered):   # one output of each text's dict
@@ -90,9 +100,11 @@ class M3Output(Wire):
 
 @dataclass(frozen=True)
 class _Answered:
-    """A call M3Output made of the wire's: the wire's own context inside."""
+    """A call M3Output made of the wire's: the wire's own context inside, and whether a text
+    past the cut is refused (truncate false)."""
 
     inner: Any
+    refuse_long: bool = False
 
 
 def _plain(value):

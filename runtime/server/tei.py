@@ -47,8 +47,11 @@ from .wire import Call, FieldError, Wire, with_windows
 TAG = "Text Embeddings Inference"
 # the exports /info describes as TEI's kinds of model: each answers that kind's TEI routes
 # (a zero-shot export is not one: it needs candidate labels TEI's /predict cannot send)
+# a BGE-M3 export is TEI's embedding model (its dense vector: CLS); a ColBERT one answers
+# TEI's /rerank (by MaxSim) and not /embed, so to a TEI client it is a reranker
 MODEL_TYPES = {"feature-extraction": "embedding", "sparse-embedding": "embedding",
-               "text-ranking": "reranker", "text-classification": "classifier"}
+               "bge-m3": "embedding", "text-ranking": "reranker",
+               "multi-vector": "reranker", "text-classification": "classifier"}
 # our kinds of refusal -> TEI's (status, error_type); any other client error is 422 validation
 _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
              "PayloadTooLarge": (413, "Validation"), "Timeout": (408, "Validation"),
@@ -58,7 +61,10 @@ _REFUSALS = {"Empty": (400, "Empty"), "InvalidJson": (400, "Validation"),
 _DTYPES = {"none": "float32", "fp16": "float16", "int8": "int8"}
 _PRECISIONS = {"bf16": "bfloat16"}   # an engine's float arithmetic on an fp32 graph
 # the pooling TEI names for a task whose export has none of its own (SPLADE's max over tokens)
-_TASK_POOLING = {"sparse-embedding": "splade"}
+_TASK_POOLING = {"sparse-embedding": "splade", "bge-m3": "cls"}
+# the labels TEI names for a reranker without a classification head: MaxSim's one score, as a
+# one-label cross-encoder's (the encoder's config.json may carry unused labels)
+_TASK_LABELS = {"multi-vector": {0: "LABEL_0"}}
 # TEI's names of the pooling modes where they differ from sentence-transformers'
 _POOLING = {"lasttoken": "last_token"}
 
@@ -191,12 +197,16 @@ def read_prompt(data: dict, pipe) -> dict:
 
 
 def refuse_long(pipe, texts: list, pairs: list | None = None) -> None:
-    """TEI's refusal of an input past the model's length when truncation is off."""
-    for i, e in enumerate(pipe.encode(list(texts), pairs, warn=False)):
+    """TEI's refusal of an input past the tokens the export keeps of a text (`kept_tokens`: the
+    model's length, BGE-M3's 512) when truncation is off."""
+    limit = pipe.kept_tokens
+    encs = (pipe.encode(list(texts), pairs, warn=False) if limit == pipe.max_length
+            else pipe.backend(limit).encode_batch(list(texts)))
+    for i, e in enumerate(encs):
         if e.overflowing:
             whole = (texts[i],) if pairs is None or pairs[i] is None else (texts[i], pairs[i])
             n = len(pipe.tokenizer.backend.encode(*whole).ids)
-            raise invalid(f"{VALIDATION}`inputs` must have less than {pipe.max_length} tokens. "
+            raise invalid(f"{VALIDATION}`inputs` must have less than {limit} tokens. "
                           f"Given: {n} (input {i}); shorten it, or send truncate true",
                           "inputs")
 
@@ -342,7 +352,8 @@ def info(state) -> dict:
         pooling = _TASK_POOLING.get(pipe.task) or pipe.defaults.get("pooling")
         model_type = {"pooling": _POOLING.get(pooling, pooling)}
     else:
-        labels = {str(i): name for i, name in sorted(pipe.folder.id2label.items())}
+        labels = {str(i): name for i, name in
+                  sorted(_TASK_LABELS.get(pipe.task, pipe.folder.id2label).items())}
         model_type = {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}
     try:
         version = metadata.version("bertonnx")
@@ -352,7 +363,7 @@ def info(state) -> dict:
             "model_dtype": model_dtype(pipe),
             "served_model_name": state.name, "model_type": {kind: model_type},
             "max_concurrent_requests": options.max_connections,
-            "max_input_length": pipe.max_length,
+            "max_input_length": pipe.kept_tokens,
             "max_batch_tokens": options.batch.max_batch_size * pipe.max_length,
             "max_batch_requests": options.batch.max_batch_size,
             "max_client_batch_size": options.limits.max_inputs,

@@ -99,8 +99,10 @@ def find_bundle() -> Bundle:
     return bundle
 
 
+# the stub's model imports the pipelines when Triton loads it: a dependency missing there is
+# named here, in one line, instead of in Triton's log
 _PROBE = ("import json, sys, sysconfig, numpy\n"
-          "import bertonnx.runtime.triton.stub\n"
+          "import bertonnx.runtime.triton.stub, bertonnx.runtime.core.pipelines\n"
           "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'numpy': numpy.__version__,"
           " 'libdir': sysconfig.get_config_var('LIBDIR'),"
           " 'shared': bool(sysconfig.get_config_var('Py_ENABLE_SHARED')),"

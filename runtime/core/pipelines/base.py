@@ -126,6 +126,12 @@ class Pipeline:
     def max_length(self) -> int:
         return self.folder.max_length
 
+    @property
+    def kept_tokens(self) -> int:
+        """The tokens of a text a call keeps by default (TEI's max_input_length): the model's
+        length here; a task that cuts shorter says so (BGE-M3: FlagEmbedding's 512)."""
+        return self.max_length
+
     # -- the task's input rules ----------------------------------------------------------
 
     @classmethod

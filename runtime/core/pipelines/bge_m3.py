@@ -91,13 +91,17 @@ class BgeM3Pipeline(Pipeline):
                                         tok.unk_token_id} - {None}), np.int64)
         self.dimension = self.heads.colbert_weight.shape[0]
 
-    def _cut(self, max_length: int | None) -> int:
+    def cut(self, max_length: int | None) -> int:
         """Tokens per text: `max_length`, else encode's 512, within the model's length."""
         return min(DEFAULT_MAX_LENGTH if max_length is None else max_length, self.max_length)
 
+    @property
+    def kept_tokens(self) -> int:
+        return self.cut(None)
+
     def estimate(self, inputs: Inputs, **params) -> Work:
         """Each text's tokens, cut where the call cuts them (usage, --max-tokens)."""
-        encs = self.backend(self._cut(params.get("max_length"))).encode_batch(
+        encs = self.backend(self.cut(params.get("max_length"))).encode_batch(
             list(inputs.records))
         return Work(sum(len(e.ids) for e in encs))
 
@@ -107,7 +111,7 @@ class BgeM3Pipeline(Pipeline):
         if not any(wanted.values()):
             raise InputError("return_dense, return_sparse and return_colbert_vecs are all "
                              "false: nothing to answer", "ask for at least one of them")
-        encs = self.backend(self._cut(max_length)).encode_batch(list(read.records))
+        encs = self.backend(self.cut(max_length)).encode_batch(list(read.records))
         h = self.heads
 
         def post(batch, out):

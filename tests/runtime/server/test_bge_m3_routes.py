@@ -87,3 +87,38 @@ def test_what_bge_m3_does_not_do_is_refused(url):
             "Validation", "`prompt_name`")
     refusal(post(url, "/embed", {"inputs": []}), 400, "Empty", "`inputs` cannot be empty")
     refusal(post(url, "/rerank", {"query": "a", "texts": ["b"]}), 404, "Backend")
+
+
+LONG = " ".join(["the cat sat on the mat by the river"] * 12)   # past the tiny model's 64
+
+
+def test_truncate_false_refuses_a_text_past_the_cut(url, m3):
+    for path in ("/embed", "/embed_sparse"):
+        refusal(post(url, path, {"inputs": ["paris", LONG], "truncate": False}), 422,
+                "Validation", f"must have less than {m3.kept_tokens} tokens", "input 1")
+        for truncate in (True, None):   # cut where FlagEmbedding cuts: the library's answer
+            got = post(url, path, {"inputs": [LONG], "truncate": truncate})
+            assert got.status_code == 200, got.text
+    assert post(url, "/embed", {"inputs": ["paris"], "truncate": False}).status_code == 200
+
+
+def test_the_cut_bounds_truncate_false_where_it_is_shorter_than_the_model(m3, monkeypatch):
+    """The real BGE-M3 takes 8,192 tokens and is cut at 512: what is refused is the cut's."""
+    from bertonnx.runtime.core.pipelines.bge_m3 import BgeM3Pipeline
+    from bertonnx.runtime.server.tei import refuse_long
+    from bertonnx.runtime.server.wire import FieldError
+
+    tokens = [len(m3.tokenizer.backend.encode(t).ids) for t in ("the cat sat", LONG)]
+    monkeypatch.setattr(BgeM3Pipeline, "kept_tokens", property(lambda self: tokens[0]))
+    assert tokens[0] < m3.max_length < tokens[1]
+    refuse_long(m3, ["paris", "the cat sat"])   # at most the cut: kept whole
+    with pytest.raises(FieldError, match=f"must have less than {tokens[0]} tokens. Given: "
+                                         r"\d+ \(input 1\)"):
+        refuse_long(m3, ["paris", "the cat sat on the mat"])
+
+
+def test_info_is_tei_s_embedding_model(url, m3):
+    info = httpx.get(url + "/info", timeout=30).json()
+    assert info["model_type"] == {"embedding": {"pooling": "cls"}}
+    assert info["served_model_name"] == NAME
+    assert info["max_input_length"] == m3.kept_tokens == min(512, m3.max_length)

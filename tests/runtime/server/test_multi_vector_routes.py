@@ -93,3 +93,12 @@ def test_cohere_client_reranks_a_colbert_export(url, colbert):
     assert [r.index for r in top.results] == [w["corpus_id"] for w in want[:2]]
     assert got.meta.tokens.input_tokens == colbert.work(
         colbert.read_inputs({"query": QUERY, "documents": DOCS})).tokens
+
+
+def test_info_names_a_colbert_export_tei_s_reranker(url):
+    # it answers TEI's /rerank (by MaxSim) and not /embed: to a TEI client, a reranker
+    info = httpx.get(url + "/info", timeout=30).json()
+    # one score (MaxSim), named as a one-label cross-encoder's: not its config.json's labels
+    assert info["model_type"] == {"reranker": {"id2label": {"0": "LABEL_0"},
+                                               "label2id": {"LABEL_0": 0}}}
+    assert info["served_model_name"] == "tiny-colbert"
