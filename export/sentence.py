@@ -96,6 +96,8 @@ def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
         tensors = read_safetensors(path)
     rel = (Path(m.weights).parent / "model.safetensors").as_posix()
     wanted = ("linear.weight", "linear.bias") if m.bias else ("linear.weight",)
+    if m.residual and m.in_features != m.out_features:   # PyLate's projected residual
+        wanted += ("residual.weight",)
     missing = [k for k in wanted if k not in tensors]
     if missing:
         raise ArtifactError(f"{path} lacks {', '.join(missing)}", "restore the file")

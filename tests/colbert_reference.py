@@ -25,7 +25,8 @@ DOCUMENTS = ["paris is a city", "the cat , sat on the mat !!", "dog # house .",
              "music film game play team school water light word name city world movie love "
              "happy sad river house man people state life day year",
              "london"]
-# case -> (ColBERT's arguments, Dense layers (in, out, bias) after the 32-wide encoder)
+# case -> (ColBERT's arguments, Dense layers (in, out, bias[, use_residual]) after the 32-wide
+# encoder)
 CASES = {
     "plain": (dict(query_length=12, document_length=20), ((32, 16, False),)),
     # expansion tokens attended to, no document prefix, two Dense layers with biases
@@ -34,6 +35,9 @@ CASES = {
     # no query expansion: a query is its own tokens, like a document without the skiplist
     "no-expansion": (dict(query_length=9, document_length=24, do_query_expansion=False),
                      ((32, 16, False),)),
+    # residual Dense layers: projected where the widths differ, the input itself where equal
+    "residual": (dict(query_length=12, document_length=20),
+                 ((32, 16, True, True), (16, 16, False, True))),
 }
 
 
@@ -50,8 +54,8 @@ def main(out: Path) -> None:
     for case, (options, layers) in CASES.items():
         torch.manual_seed(len(case))
         dense = []
-        for i, o, bias in layers:
-            layer = models.Dense(i, o, bias=bias)
+        for i, o, bias, *residual in layers:
+            layer = models.Dense(i, o, bias=bias, use_residual=bool(residual and residual[0]))
             with torch.no_grad():   # biases away from 0, so a runtime that drops them fails
                 if bias:
                     layer.linear.bias.normal_(0, 0.3)

@@ -5,7 +5,8 @@ PyLate (pylate 1.6, models/colbert.py) saves a ColBERT model as a sentence-trans
     modules.json                      Transformer at the root, then pylate.models.Dense.Dense
                                       module(s) that project every token vector
     N_Dense/config.json               in_features, out_features, bias, activation_function,
-                                      use_residual; weights model.safetensors (linear.weight)
+                                      use_residual; weights model.safetensors (linear.weight,
+                                      residual.weight where use_residual and the widths differ)
     config_sentence_transformers.json model_type "ColBERT", query_prefix / document_prefix (a
                                       token put after [CLS]), query_length / document_length
                                       (tokens, the prefix included), do_query_expansion,
@@ -123,7 +124,7 @@ def is_colbert_folder(path: str | Path) -> bool:
 
 def read_colbert(path: str | Path) -> ColbertSettings:
     """A PyLate folder's settings and Dense modules; ArtifactError for what bertonnx would not
-    reproduce (another module, a residual Dense, a Stanford checkpoint without modules.json)."""
+    reproduce (another module, a Stanford checkpoint without modules.json)."""
     path = Path(path)
     listed = read_modules(path)
     if not listed or listed[0][0].rsplit(".", 1)[-1] != "Transformer":
@@ -138,12 +139,10 @@ def read_colbert(path: str | Path) -> ColbertSettings:
                                 "does not compute for ColBERT", "export a folder of a "
                                 "Transformer and Dense modules, as PyLate saves them")
         config = read_json_object(path / rel / "config.json", "restore the file")
-        if config.get("use_residual"):
-            raise ArtifactError(f"{path / rel} is a residual Dense layer, which bertonnx does "
-                                "not compute", "export a ColBERT whose Dense layers are plain")
         # PyLate's Dense projects every token vector (its forward reads token_embeddings)
         mods.append(replace(_dense(path, rel), module_input_name=TOKENS,
-                            module_output_name=TOKENS))
+                            module_output_name=TOKENS,
+                            residual=bool(config.get("use_residual"))))
     st = read_json_object(path / ST_CONFIG, "restore the file")
     known = {k: st[k] for k in ("query_prefix", "document_prefix", "query_length",
                                 "document_length", "do_query_expansion",

@@ -84,7 +84,8 @@ class Pooling:
 
 @dataclass(frozen=True)
 class Dense:
-    """activation(x @ W.T + b) on one feature (the sentence vector, or each token's)."""
+    """activation(x @ W.T + b) on one feature (the sentence vector, or each token's); with
+    `residual` (PyLate's use_residual) plus x, or x @ R.T where the widths differ."""
 
     kind: ClassVar[str] = "Dense"
     in_features: int
@@ -94,8 +95,10 @@ class Dense:
     weights: str                      # the safetensors (or .bin) file, relative to the folder
     module_input_name: str = SENTENCE
     module_output_name: str = SENTENCE
+    residual: bool = False
     weight: np.ndarray | None = field(default=None, compare=False, repr=False)   # (out, in)
     linear_bias: np.ndarray | None = field(default=None, compare=False, repr=False)
+    residual_weight: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def width(self, widths: dict, modes) -> None:
         got = widths.get(self.module_input_name)
@@ -105,12 +108,21 @@ class Dense:
         widths[self.module_output_name] = self.out_features
 
     def apply(self, features: dict, modes, prompt_length: int) -> None:
-        # the layer in float32, as torch runs it; the activation in float64 (exact erf)
-        x = features[self.module_input_name] @ self.weight.T
+        features[self.module_output_name] = self.project(features[self.module_input_name])
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """(..., in) -> (..., out). The layer in float32, as torch runs it (one 2-D product: a
+        3-D one costs numpy 5x more); the activation in float64 (exact erf) unless it is the
+        identity; then the residual."""
+        flat = x.reshape(-1, x.shape[-1])
+        y = flat @ self.weight.T
         if self.linear_bias is not None:
-            x = x + self.linear_bias
-        features[self.module_output_name] = ACTIVATIONS[self.activation_function](
-            x.astype(np.float64)).astype(np.float32)
+            y += self.linear_bias
+        if self.activation_function != "Identity":
+            y = ACTIVATIONS[self.activation_function](y.astype(np.float64)).astype(np.float32)
+        if self.residual:
+            y += flat if self.residual_weight is None else flat @ self.residual_weight.T
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def to_json(self) -> dict:
         # the settings, not the arrays (compare=False): those live in the weights file
@@ -295,5 +307,14 @@ def load_dense(m: Dense, folder: Path) -> Dense:
             m.bias and (bias is None or bias.shape != (m.out_features,))):
         raise ArtifactError(f"{path} does not hold a {m.in_features}->{m.out_features} "
                             "linear layer", "restore the file, or export the model again")
+    residual = None
+    if m.residual and m.in_features != m.out_features:   # else the input itself is added
+        residual = tensors.get("residual.weight")
+        if residual is None or residual.shape != (m.out_features, m.in_features):
+            raise ArtifactError(f"{path} does not hold the {m.in_features}->{m.out_features} "
+                                "residual layer its config.json asks for",
+                                "restore the file, or export the model again")
+        residual = np.ascontiguousarray(residual, np.float32)
     return replace(m, weight=np.ascontiguousarray(weight, np.float32),
-                   linear_bias=bias.astype(np.float32) if m.bias else None)
+                   linear_bias=bias.astype(np.float32) if m.bias else None,
+                   residual_weight=residual)

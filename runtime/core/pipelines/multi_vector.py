@@ -28,7 +28,7 @@ from ..colbert import ColbertSettings
 from ..batches import micro_batches
 from ..errors import ArtifactError
 from ..postprocess import l2_normalize
-from ..sentence_modules import ACTIVATIONS, load_dense
+from ..sentence_modules import load_dense
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
 from .base import Pipeline, Work
 from .folder import ExportFolder
@@ -169,17 +169,9 @@ class MultiVectorPipeline(Pipeline):
 
     def vectors(self, hidden: np.ndarray, normalize: bool) -> np.ndarray:
         """(B, T, H) token vectors -> (B, T, D): the Dense modules, then unit length."""
-        B, T, _ = hidden.shape
-        x = hidden.reshape(B * T, -1)
+        x = hidden
         for m in self.modules:
-            # one 2-D product (a 3-D one costs numpy 5x more here); the activation as
-            # sentence_modules.Dense computes it, in float64, unless it is the identity
-            x = x @ m.weight.T
-            if m.linear_bias is not None:
-                x += m.linear_bias
-            if m.activation_function != "Identity":
-                x = ACTIVATIONS[m.activation_function](x.astype(np.float64)).astype(np.float32)
-        x = x.reshape(B, T, -1)
+            x = m.project(x)
         return l2_normalize(x) if normalize else x
 
     def predict(self, read: Inputs, is_query, normalize, top_k, return_documents, batch_size):
