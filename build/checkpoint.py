@@ -103,6 +103,8 @@ def inferred_task(path_or_hub_id: str | Path) -> tuple[str, str]:
     name = path_or_hub_id
     if bge_m3.is_bge_m3_folder(folder):  # FlagEmbedding's two heads beside the encoder
         return "bge-m3", f"from {name}'s colbert_linear.pt and sparse_linear.pt: a BGE-M3"
+    if colbert.is_stanford_folder(folder):
+        return "multi-vector", f"from {name}'s config.json architectures: a Stanford ColBERT"
     if colbert.is_colbert_folder(folder):  # PyLate ColBERT, ST MultiVectorEncoder: token vectors
         return "multi-vector", f"from {name}'s config_sentence_transformers.json: a ColBERT"
     embedder = sentence_transformers.folder_task(folder)  # a SentenceTransformer folder
@@ -259,7 +261,10 @@ def load_checkpoint(path_or_hub_id: str | Path, task: str, *, num_labels: int | 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = Bert(config, task, **head_options)
-    ours, unused, unknown = convert_state_dict(read_state_dict(folder), model)
+    hf_state = read_state_dict(folder)
+    if colbert.is_stanford_folder(folder):   # its projection is a Dense module (colbert.py)
+        hf_state = {k: v for k, v in hf_state.items() if k not in colbert.STANFORD_KEYS}
+    ours, unused, unknown = convert_state_dict(hf_state, model)
     row = config.family
     ours_to_hf = key_table(config.model_type, legacy=config.legacy).to_hf
     if unknown:

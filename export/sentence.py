@@ -94,7 +94,10 @@ def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
                    if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
     else:
         tensors = read_safetensors(path)
-    rel = (Path(m.weights).parent / "model.safetensors").as_posix()
+    # a Stanford ColBERT's projection sits in the encoder's own weights file: carried alone,
+    # into the folder PyLate would save it in
+    parent = Path(m.weights).parent
+    rel = ((parent if parent != Path(".") else Path("1_Dense")) / "model.safetensors").as_posix()
     wanted = ("linear.weight", "linear.bias") if m.bias else ("linear.weight",)
     if m.residual and m.in_features != m.out_features:   # PyLate's projected residual
         wanted += ("residual.weight",)

@@ -31,11 +31,19 @@ from pathlib import Path
 
 from .errors import ArtifactError
 from .files import read_json_object
-from .sentence_modules import TOKENS, Dense
-from .sentence_transformers import ST_CONFIG, _dense, _transformer, read_modules, TOKEN_FEATURES
+from .sentence_modules import TOKENS, Dense, safetensors_shapes
+from .sentence_transformers import (MODULES_FILE, ST_CONFIG, TOKEN_FEATURES, _dense,
+                                    _transformer, read_modules)
 
 MODEL_TYPE = "ColBERT"          # config_sentence_transformers.json's model_type (PyLate)
 ST_MODEL_TYPE = "MultiVectorEncoder"   # ... sentence-transformers 6's
+# A Stanford (colbert-ai) checkpoint: a transformers folder whose config.json names HF_ColBERT,
+# the projection `linear.weight` in the encoder's own weights file, its settings in
+# artifact.metadata (pylate 1.6 models/colbert.py: ColBERT.__init__, Dense.from_stanford_weights)
+STANFORD_ARCHITECTURE = "HF_ColBERT"
+STANFORD_METADATA = "artifact.metadata"
+STANFORD_WEIGHTS = "model.safetensors"
+STANFORD_KEYS = ("linear.weight",)   # the projection: carried as a Dense module, not the graph
 # the manifest's record; newer ones are refused (2: the MultiVectorEncoder fields)
 RECORD_VERSION = 2
 
@@ -116,16 +124,58 @@ class ColbertSettings:
 
 def is_colbert_folder(path: str | Path) -> bool:
     """Whether `path` is a PyLate ColBERT or a sentence-transformers MultiVectorEncoder folder
-    (config_sentence_transformers.json says so)."""
+    (config_sentence_transformers.json says so), or a Stanford ColBERT checkpoint."""
     config = Path(path) / ST_CONFIG
-    return config.is_file() and read_json_object(config, "restore the file").get(
-        "model_type") in (MODEL_TYPE, ST_MODEL_TYPE)
+    return (config.is_file() and read_json_object(config, "restore the file").get(
+        "model_type") in (MODEL_TYPE, ST_MODEL_TYPE)) or is_stanford_folder(path)
+
+
+def is_stanford_folder(path: str | Path) -> bool:
+    """A Stanford ColBERT checkpoint: no modules.json, and config.json's first architecture
+    HF_ColBERT (what PyLate looks at)."""
+    path = Path(path)
+    if (path / MODULES_FILE).is_file() or not (path / "config.json").is_file():
+        return False
+    arches = read_json_object(path / "config.json", "restore the file").get("architectures")
+    return isinstance(arches, list) and arches[:1] == [STANFORD_ARCHITECTURE]
+
+
+def read_stanford(path: str | Path) -> ColbertSettings:
+    """A Stanford checkpoint's settings as PyLate loads them: its projection (`linear.weight`,
+    no bias) on every token vector; the prefixes, lengths and whether expansion tokens are
+    attended to from artifact.metadata where it names them ([unused0] / [unused1] and PyLate's
+    defaults where not); PyLate's skiplist and expansion."""
+    path = Path(path)
+    weights = path / STANFORD_WEIGHTS
+    if not weights.is_file():
+        raise ArtifactError(f"{path} has no {STANFORD_WEIGHTS} (a Stanford ColBERT saved as "
+                            "pytorch_model.bin only?)", "load it with pylate "
+                            "(models.ColBERT(PATH)), save it again, and export that folder")
+    shape = safetensors_shapes(weights).get(STANFORD_KEYS[0])
+    if shape is None or len(shape) != 2:
+        raise ArtifactError(f"{weights} holds no 2-D {STANFORD_KEYS[0]}, the projection a "
+                            "Stanford ColBERT keeps beside its encoder", "restore the file")
+    dense = Dense(in_features=shape[1], out_features=shape[0], bias=False,
+                  activation_function="Identity", weights=STANFORD_WEIGHTS,
+                  module_input_name=TOKENS, module_output_name=TOKENS)
+    meta = (read_json_object(path / STANFORD_METADATA, "restore the file")
+            if (path / STANFORD_METADATA).is_file() else {})
+    known = {k: meta[m] for k, m in (("query_length", "query_maxlen"),
+                                     ("document_length", "doc_maxlen"),
+                                     ("attend_to_expansion_tokens", "attend_to_mask_tokens"))
+             if meta.get(m) is not None}
+    _, lower = _transformer(path, TOKEN_FEATURES)
+    return ColbertSettings(query_prefix=meta.get("query_token_id") or "[unused0]",
+                           document_prefix=meta.get("doc_token_id") or "[unused1]",
+                           do_lower_case=lower, modules=(dense,), **known)
 
 
 def read_colbert(path: str | Path) -> ColbertSettings:
     """A PyLate folder's settings and Dense modules; ArtifactError for what bertonnx would not
-    reproduce (another module, a Stanford checkpoint without modules.json)."""
+    reproduce (another module, a folder of neither kind); a Stanford checkpoint: read_stanford."""
     path = Path(path)
+    if is_stanford_folder(path):
+        return read_stanford(path)
     listed = read_modules(path)
     if not listed or listed[0][0].rsplit(".", 1)[-1] != "Transformer":
         raise ArtifactError(f"{path} has no modules.json starting with a Transformer (a "

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from .colbert import ST_MODEL_TYPE, ColbertSettings, read_colbert
+from .colbert import (ST_MODEL_TYPE, ColbertSettings, is_stanford_folder, read_colbert,
+                      read_stanford)
 from .errors import ArtifactError
 from .files import read_json_object
 from .sentence_modules import TOKENS
@@ -49,7 +50,10 @@ FIX = "export a MultiVectorEncoder of Transformer, Dense, MultiVectorMask and No
 
 def read_multi_vector(path: str | Path) -> ColbertSettings:
     """A multi-vector folder's settings: sentence-transformers 6's MultiVectorEncoder or
-    PyLate's ColBERT, as its config_sentence_transformers.json says."""
+    PyLate's ColBERT, as its config_sentence_transformers.json says (a Stanford checkpoint has
+    none: colbert.read_stanford)."""
+    if is_stanford_folder(path):
+        return read_stanford(path)
     config = read_json_object(Path(path) / ST_CONFIG, "restore the file")
     if config.get("model_type") == ST_MODEL_TYPE:
         return read_multi_vector_encoder(path)

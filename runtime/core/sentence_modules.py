@@ -271,6 +271,19 @@ def check_order(stack: SentenceStack, where) -> None:
 _SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
 
 
+def safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    """Each tensor's shape from a safetensors file's header, without reading the tensors (a
+    whole encoder's weights, to learn one layer's width)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        return {k: list(t["shape"]) for k, t in header.items() if k != "__metadata__"}
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise ArtifactError(f"{path} is not a safetensors file ({e!r})",
+                            "restore the file") from None
+
+
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Every tensor of a safetensors file as float32 (the format: an 8-byte little-endian
     header size, a JSON header of dtype/shape/data_offsets, then the bytes)."""

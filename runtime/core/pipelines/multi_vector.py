@@ -127,7 +127,7 @@ class MultiVectorPipeline(Pipeline):
              return_documents: bool = False, batch_size: int | None = None) -> list[dict]:
         """`documents` ranked for `query` by MaxSim, in CrossEncoder.rank's shape (pipelines/
         text_ranking.py): {"corpus_id", "score", ("text")}, best first (ties in document
-        order), the best `top_k`. The scores are pylate.rank.rerank's."""
+        order), the best `top_k`. The scores are pylate's colbert_scores of each pair (MaxSim)."""
         return self({"query": query, "documents": list(documents)}, top_k=top_k,
                     return_documents=return_documents, batch_size=batch_size)
 

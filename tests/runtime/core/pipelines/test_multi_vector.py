@@ -3,7 +3,8 @@
 same number of token vectors per text as `ColBERT.encode(is_query=...)` and each within 1e-4,
 for queries (prefix, [MASK] expansion, attended or not, cut at the query length) and documents
 (prefix or none, skiplist and [UNK] dropped, cut at the document length), in batches whose rows
-are padded; MaxSim scores as `pylate.rank.rerank`'s."""
+are padded; MaxSim scores as pylate's `colbert_scores`. A Stanford (colbert-ai) checkpoint, which
+pylate loads as it is, exports as it is too."""
 from __future__ import annotations
 
 import json
@@ -16,12 +17,12 @@ from bertonnx.runtime.cli import main
 from bertonnx.runtime.core.errors import ConfigError
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
-from tests.colbert_reference import CASES, DOCUMENTS, QUERIES
+from tests.colbert_reference import CASES, DOCUMENTS, QUERIES, STANFORD
 from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
     ATOL, assert_token_vectors, colbert_export, colbert_references, reference_outputs)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, STANFORD])
 def test_token_vectors_equal_pylates(case, colbert_references, colbert_export):
     ref = reference_outputs(colbert_references, case)
     pipe = load(colbert_export(case))
@@ -63,6 +64,25 @@ def test_a_colbert_folder_exports_as_multi_vector_with_its_settings(colbert_refe
         (32, 24, True), (24, 8, True)]
     # the Dense weights travel as safetensors the manifest vouches for
     assert all(m["weights"] in manifest["files"] for m in record["modules"])
+
+
+def test_a_stanford_checkpoint_exports_as_multi_vector_with_its_metadata(colbert_references,
+                                                                        tmp_path, capsys):
+    """colbert-ai's folder (HF_ColBERT, linear.weight among the encoder's weights,
+    artifact.metadata) is a ColBERT without being re-saved: its settings as pylate reads them,
+    the projection carried alone (the token vectors themselves: test_token_vectors_equal_...)."""
+    out = tmp_path / "out"
+    assert main(["export", str(colbert_references / STANFORD), "--out", str(out),
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    manifest = json.loads(cap.out)
+    assert manifest["task"] == "multi-vector" and "a Stanford ColBERT" in cap.err
+    record = manifest["sentence_transformers"]["colbert"]
+    assert (record["query_prefix"], record["document_prefix"]) == ("[unused0]", "[unused1]")
+    assert (record["query_length"], record["document_length"]) == (10, 18)
+    assert [(m["in_features"], m["out_features"], m["bias"], m["weights"])
+            for m in record["modules"]] == [(32, 16, False, "1_Dense/model.safetensors")]
+    assert "1_Dense/model.safetensors" in manifest["files"]
 
 
 def test_a_folder_that_is_not_colbert_is_refused_in_one_line(tiny_checkpoint, tmp_path):
