@@ -71,7 +71,11 @@ def resolve(path_or_hub_id: str | Path) -> Path:
                     "modules.json", "*Pooling/config.json", "sentence_*config.json",
                     "*Dense/config.json", "*Dense/model.safetensors", "*Dense/pytorch_model.bin",
                     # a CrossEncoder's activation (runtime/core/cross_encoder.py)
-                    "config_sentence_transformers.json"]
+                    "config_sentence_transformers.json",
+                    # a MultiVectorEncoder's mask (runtime/core/multi_vector_encoder.py), a
+                    # Stanford ColBERT's settings (colbert.py), BGE-M3's heads (bge_m3.py)
+                    "*MultiVectorMask/config.json", colbert.STANFORD_METADATA,
+                    *bge_m3.HEAD_FILES]
         return Path(huggingface_hub.snapshot_download(name, allow_patterns=patterns))
     except Exception as e:  # offline, unknown repo, gated: all one message for the user
         raise ArtifactError(
