@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertonnx.runtime import load
@@ -171,6 +172,10 @@ def test_retrieval_commands_from_the_wheel(user_venv, tiny_export, ours, prompte
     colbert = tiny_export("multi-vector")
     assert_same(_wheel_json(bin_, "embed-multi", colbert, *texts, "--is-query"),
                 [v.tolist() for v in load(colbert)(texts, is_query=True)])
+    m3 = tiny_export("bge-m3")   # dense, lexical weights and colbert vectors from one pass
+    want = [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in r.items()}
+            for r in load(m3)(texts)]
+    assert_same(_wheel_json(bin_, "embed-m3", m3, *texts), want)
 
 
 def test_the_serve_extra_brings_the_docs_page_assets(user_venv):
