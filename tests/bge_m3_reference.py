@@ -9,7 +9,9 @@ It saves `OUT/model/` as FlagEmbedding's M3 training saves a folder (runner.py /
 `sparse_linear.pt` (Linear(H, 1)) as torch.save'd state dicts; then `OUT/outputs.npz`:
 BGEM3FlagModel(OUT/model, use_fp16=False).encode(TEXTS, return_dense=True, return_sparse=True,
 return_colbert_vecs=True, batch_size=BATCH_SIZE) — dense (len(TEXTS), H), colbert<i>
-(tokens - 1, H) and sparse_ids<i> / sparse_values<i> (each lexical_weights dict, ids ascending).
+(tokens - 1, H), sparse_ids<i> / sparse_values<i> (each lexical_weights dict, ids ascending), and
+its compute_lexical_matching_score and colbert_score of every pair of texts (lexical_scores,
+colbert_scores).
 torch and FlagEmbedding are imported in main() only, so the tests read TEXTS from the suite's
 environment.
 """
@@ -54,6 +56,12 @@ def main(out: Path) -> None:
         arrays[f"sparse_ids{i}"] = np.array(ids, np.int64)
         arrays[f"sparse_values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
         arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
+    # its score helpers on every pair of the texts (lexical: the dicts as encode gave them)
+    arrays["lexical_scores"] = np.asarray(model.compute_lexical_matching_score(
+        got["lexical_weights"], got["lexical_weights"]), np.float64)
+    arrays["colbert_scores"] = np.array([[float(model.colbert_score(q, p))
+                                          for p in got["colbert_vecs"]]
+                                         for q in got["colbert_vecs"]], np.float32)
     np.savez(out / "outputs.npz", **arrays)
 
 

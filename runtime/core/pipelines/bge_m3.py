@@ -26,8 +26,7 @@ import json
 import numpy as np
 
 from ..bge_m3 import read_heads
-from ..contract import MANIFEST_NAME
-from ..errors import ArtifactError, InputError
+from ..errors import InputError
 from ..postprocess import l2_normalize
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
 from .base import Pipeline, Work
@@ -62,6 +61,40 @@ def lexical_weights(ids: np.ndarray, weights: np.ndarray, unused: np.ndarray) ->
             for i, w in zip(ids[order].tolist(), weights[order].tolist())]
 
 
+def lexical_matching_score(weights_1, weights_2):
+    """FlagEmbedding's compute_lexical_matching_score: the sum, over the ids both hold, of the
+    two weights' product. Each side one text's lexical weights (this pipeline's {index, value}
+    list, or FlagEmbedding's {id: weight} dict) or a list of them: two lists give the
+    (len(1), len(2)) array of every pair's score."""
+    if _one_text(weights_1) and _one_text(weights_2):
+        a, b = _by_id(weights_1), _by_id(weights_2)
+        return sum(w * b[i] for i, w in a.items() if i in b)
+    if _one_text(weights_1) or _one_text(weights_2):
+        raise InputError("give one text's lexical weights on each side, or a list of them on "
+                         "both", "as FlagEmbedding's compute_lexical_matching_score takes them")
+    return np.array([[lexical_matching_score(a, b) for b in weights_2] for a in weights_1])
+
+
+def colbert_score(q_reps: np.ndarray, p_reps: np.ndarray) -> float:
+    """FlagEmbedding's colbert_score: each query vector's best dot product with a passage
+    vector, averaged over the query's vectors (PyLate's MaxSim sums them)."""
+    q, p = np.asarray(q_reps, np.float32), np.asarray(p_reps, np.float32)
+    return float((q @ p.T).max(axis=1).sum() / len(q))
+
+
+def _one_text(weights) -> bool:
+    """One text's weights: FlagEmbedding's dict, or this pipeline's list of {index, value}
+    entries (an empty list: a text without any); else a list of texts' weights."""
+    return isinstance(weights, dict) or (isinstance(weights, list) and all(
+        isinstance(e, dict) and "index" in e for e in weights))
+
+
+def _by_id(weights) -> dict[int, float]:
+    if isinstance(weights, dict):   # FlagEmbedding's: token ids as strings
+        return {int(i): float(w) for i, w in weights.items()}
+    return {int(e["index"]): float(e["value"]) for e in weights}
+
+
 def token_weights(flat: np.ndarray, heads) -> np.ndarray:
     """(N, H) token vectors -> (N,) lexical weights: relu(sparse_linear(h))."""
     return np.maximum(flat @ heads.sparse_weight.T + heads.sparse_bias, 0)[:, 0]
@@ -90,6 +123,10 @@ class BgeM3Pipeline(Pipeline):
         self._unused = np.array(sorted({tok.cls_token_id, eos, tok.pad_token_id,
                                         tok.unk_token_id} - {None}), np.int64)
         self.dimension = self.heads.colbert_weight.shape[0]
+
+    # FlagEmbedding's score helpers, under its names (BGEM3FlagModel's methods)
+    compute_lexical_matching_score = staticmethod(lexical_matching_score)
+    colbert_score = staticmethod(colbert_score)
 
     def cut(self, max_length: int | None) -> int:
         """Tokens per text: `max_length`, else encode's 512, within the model's length."""

@@ -59,6 +59,28 @@ def test_outputs_equal_flagembeddings(m3_reference, m3_export):
     assert max(len(g["colbert_vecs"]) for g in got) == MAX_LENGTH - 1
 
 
+def test_score_helpers_equal_flagembeddings(m3_reference, m3_export):
+    """compute_lexical_matching_score and colbert_score, on our outputs, as FlagEmbedding's on
+    its own (every pair of TEXTS); its {id: weight} dicts are taken as well as our entries."""
+    with np.load(m3_reference / "outputs.npz") as data:
+        ref = {k: data[k] for k in data.files}
+    pipe = load(m3_export)
+    got = pipe(TEXTS, max_length=MAX_LENGTH)
+    lexical = [g["lexical_weights"] for g in got]
+    np.testing.assert_allclose(pipe.compute_lexical_matching_score(lexical, lexical),
+                               ref["lexical_scores"], atol=ATOL, rtol=0)
+    theirs = [{str(i): float(v) for i, v in zip(ref[f"sparse_ids{k}"], ref[f"sparse_values{k}"])}
+              for k in range(len(TEXTS))]
+    assert pipe.compute_lexical_matching_score(theirs[0], lexical[2]) == pytest.approx(
+        float(ref["lexical_scores"][0, 2]), abs=ATOL)
+    assert pipe.compute_lexical_matching_score([], lexical[0]) == 0
+    colbert = [g["colbert_vecs"] for g in got]
+    np.testing.assert_allclose([[pipe.colbert_score(q, p) for p in colbert] for q in colbert],
+                               ref["colbert_scores"], atol=ATOL, rtol=0)
+    with pytest.raises(InputError, match="one text's lexical weights on each side"):
+        pipe.compute_lexical_matching_score(lexical, lexical[0])
+
+
 def test_outputs_asked_for_and_normalize(m3_export):
     pipe = load(m3_export)
     text = TEXTS[0]
