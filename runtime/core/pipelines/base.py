@@ -264,9 +264,10 @@ class Pipeline:
         return tok
 
     def encode(self, texts: list[str], pairs: list | None = None, warn: bool = True,
-               direction: str = "right") -> list:
-        """Encode with truncation to the model's length, warning once when anything was cut
-        (`direction` "left": from the start).
+               direction: str = "right", max_length: int | None = None) -> list:
+        """Encode with truncation to the model's length (or `max_length` tokens, where a task
+        cuts shorter: BGE-M3's, a ColBERT's query and document lengths), warning once when
+        anything was cut (`direction` "left": from the start).
 
         `pairs` holds each text's pair or None (a mixed list costs two tokenizer calls: one
         takes all singles or all pairs). warn=False leaves the warning to the caller
@@ -276,18 +277,20 @@ class Pipeline:
         if pairs is not None and all(p is None for p in pairs):
             pairs = None
         if pairs is None or all(p is not None for p in pairs):
-            backend, cut = self.backend(self.max_length, direction=direction), self.max_length
+            cut = self.max_length if max_length is None else max_length
+            backend = self.backend(cut, direction=direction)
             encs = self._priced.through(
                 [(cut, direction, t, None if pairs is None else pairs[i])
                  for i, t in enumerate(texts)],
-                lambda at: backend.encode_batch([self._part(texts[i], direction) for i in at]
+                lambda at: backend.encode_batch([self._part(texts[i], direction, cut)
+                                                 for i in at]
                                                 if pairs is None else
                                                 [(texts[i], pairs[i]) for i in at]))
         else:
             encs = [None] * len(texts)
             single = [i for i, p in enumerate(pairs) if p is None]
             double = [i for i, p in enumerate(pairs) if p is not None]
-            kw = {"warn": False, "direction": direction}
+            kw = {"warn": False, "direction": direction, "max_length": max_length}
             for idx, got in ((single, self.encode([texts[i] for i in single], **kw)),
                              (double, self.encode([texts[i] for i in double],
                                                   [pairs[i] for i in double], **kw))):
@@ -313,9 +316,9 @@ class Pipeline:
             log.warning("%d of %d input(s) were longer than the model's %d tokens and were "
                         "truncated", cut, len(encs), self.max_length)
 
-    def _part(self, text: str, direction: str = "right") -> str:
-        """A prefix of `text` (a suffix when truncating on the left) whose truncated encoding
-        is the whole text's.
+    def _part(self, text: str, direction: str = "right", cut: int | None = None) -> str:
+        """A prefix of `text` (a suffix when truncating on the left) whose encoding truncated
+        to `cut` tokens (the model's length) is the whole text's.
 
         The tokenizers library spends ~700 bytes per token on a full encoding (1 MB of text:
         ~200 MB) though truncation keeps max_length tokens. Pre-tokenization is local, so the
@@ -323,13 +326,14 @@ class Pipeline:
         max_length tokens, the prefix truncates the same. The prefix doubles until then (a text
         of characters the tokenizer drops ends up whole).
         """
-        n = 16 * self.max_length
+        cut = self.max_length if cut is None else cut
+        n = 16 * cut
         left = direction == "left"
         while n < len(text):
             part = text[-n:] if left else text[:n]
             words = self.tokenizer.backend.encode(part, add_special_tokens=False).word_ids
             # the word at the cut may be partial: whole words only
-            if words and sum(w != words[0 if left else -1] for w in words) > self.max_length:
+            if words and sum(w != words[0 if left else -1] for w in words) > cut:
                 return part
             n *= 2
         return text

@@ -137,10 +137,13 @@ class BgeM3Pipeline(Pipeline):
         return self.cut(None)
 
     def estimate(self, inputs: Inputs, **params) -> Work:
-        """Each text's tokens, cut where the call cuts them (usage, --max-tokens)."""
-        encs = self.backend(self.cut(params.get("max_length"))).encode_batch(
-            list(inputs.records))
-        return Work(sum(len(e.ids) for e in encs))
+        """Each text's tokens, cut where the call cuts them (usage, --max-tokens); the call
+        takes these encodings (priced.py)."""
+        return Work(sum(len(e.ids) for e in self._encode(inputs, params.get("max_length"))))
+
+    def _encode(self, inputs: Inputs, max_length: int | None) -> list:
+        # FlagEmbedding cuts on the right without a warning
+        return self.encode(list(inputs.records), warn=False, max_length=self.cut(max_length))
 
     def predict(self, read: Inputs, return_dense, return_sparse, return_colbert_vecs,
                 normalize, max_length, batch_size):
@@ -148,7 +151,7 @@ class BgeM3Pipeline(Pipeline):
         if not any(wanted.values()):
             raise InputError("return_dense, return_sparse and return_colbert_vecs are all "
                              "false: nothing to answer", "ask for at least one of them")
-        encs = self.backend(self.cut(max_length)).encode_batch(list(read.records))
+        encs = self._encode(read, max_length)
         h = self.heads
 
         def post(batch, out):

@@ -141,7 +141,9 @@ class MultiVectorPipeline(Pipeline):
         prompt = s.query_prompt if is_query else s.document_prompt
         cut = min(length - 1 if prefix is not None else length, self.max_length)
         # a MultiVectorEncoder's prompt is text before the input, tokenized with it (so cut too)
-        encs = self.backend(cut).encode_batch([prompt + t for t in texts] if prompt else texts)
+        # through the shared encoder: what `work` priced is taken, a huge text is cut first
+        encs = self.encode([prompt + t for t in texts] if prompt else texts, warn=False,
+                           max_length=cut)
         expand = is_query and s.do_query_expansion
         # "min" expansion pads to the floor only; PyLate's ("fixed") to the cut
         width = min(s.query_floor, cut) if s.query_floor is not None else cut
