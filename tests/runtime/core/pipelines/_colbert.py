@@ -2,7 +2,9 @@
 session by tests/colbert_reference.py in the references' environment), and their exports."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -22,23 +24,38 @@ def colbert_references(tmp_path_factory) -> Path:
                             tmp_path_factory.mktemp("colbert-references"))
 
 
-@pytest.fixture(scope="session")
-def colbert_export(colbert_references, tmp_path_factory):
-    """colbert_export(case) -> the export folder of PyLate's `case` folder (made once)."""
+def exports_of(references: Path, root: Path, cases) -> Callable[[str], Path]:
+    """get(case) -> the multi-vector export of the reference folder `case` (made once)."""
     from bertonnx.export import ExportOptions, export_model  # torch: lazy
 
-    root = tmp_path_factory.mktemp("colbert-exports")
     made: dict[str, Path] = {}
 
     def get(case: str) -> Path:
         if case not in made:
-            assert case in (*CASES, STANFORD)
-            export_model(colbert_references / case, "multi-vector", root / case,
+            assert case in cases
+            export_model(references / case, "multi-vector", root / case,
                          ExportOptions(parity=False))
             made[case] = root / case
         return made[case]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def colbert_export(colbert_references, tmp_path_factory):
+    """colbert_export(case) -> the export folder of PyLate's `case` folder (made once)."""
+    return exports_of(colbert_references, tmp_path_factory.mktemp("colbert-exports"),
+                      (*CASES, STANFORD))
+
+
+def export_json(folder: Path, out: Path, capsys) -> tuple[dict, str]:
+    """`bertonnx export FOLDER --out OUT --json` with no --task (the folder says which): its
+    manifest and what it said on stderr."""
+    from bertonnx.runtime.cli import main
+
+    assert main(["export", str(folder), "--out", str(out), "--json"]) == 0
+    cap = capsys.readouterr()
+    return json.loads(cap.out), cap.err
 
 
 def reference_outputs(references: Path, case: str) -> dict[str, np.ndarray]:

@@ -7,19 +7,18 @@ are padded; MaxSim scores as pylate's `colbert_scores`. A Stanford (colbert-ai) 
 pylate loads as it is, exports as it is too."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
 from bertonnx.runtime import load
-from bertonnx.runtime.cli import main
 from bertonnx.runtime.core.errors import ConfigError
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import CASES, DOCUMENTS, QUERIES, STANFORD
 from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
-    ATOL, assert_token_vectors, colbert_export, colbert_references, reference_outputs)
+    ATOL, assert_token_vectors, colbert_export, colbert_references, export_json,
+    reference_outputs)
 
 
 @pytest.mark.parametrize("case", [*CASES, STANFORD])
@@ -50,12 +49,9 @@ def test_maxsim_scores_equal_pylates_rerank(colbert_references, colbert_export):
 
 def test_a_colbert_folder_exports_as_multi_vector_with_its_settings(colbert_references,
                                                                      tmp_path, capsys):
-    out = tmp_path / "out"
-    assert main(["export", str(colbert_references / "attend"), "--out", str(out),
-                 "--json"]) == 0   # no --task: the folder says ColBERT
-    cap = capsys.readouterr()
-    manifest = json.loads(cap.out)
-    assert manifest["task"] == "multi-vector" and "a ColBERT" in cap.err
+    # no --task: the folder says ColBERT
+    manifest, err = export_json(colbert_references / "attend", tmp_path / "out", capsys)
+    assert manifest["task"] == "multi-vector" and "a ColBERT" in err
     assert manifest["parity"]["passed"]
     record = manifest["sentence_transformers"]["colbert"]
     assert (record["query_length"], record["document_length"]) == (10, 16)
@@ -71,12 +67,8 @@ def test_a_stanford_checkpoint_exports_as_multi_vector_with_its_metadata(colbert
     """colbert-ai's folder (HF_ColBERT, linear.weight among the encoder's weights,
     artifact.metadata) is a ColBERT without being re-saved: its settings as pylate reads them,
     the projection carried alone (the token vectors themselves: test_token_vectors_equal_...)."""
-    out = tmp_path / "out"
-    assert main(["export", str(colbert_references / STANFORD), "--out", str(out),
-                 "--json"]) == 0
-    cap = capsys.readouterr()
-    manifest = json.loads(cap.out)
-    assert manifest["task"] == "multi-vector" and "a Stanford ColBERT" in cap.err
+    manifest, err = export_json(colbert_references / STANFORD, tmp_path / "out", capsys)
+    assert manifest["task"] == "multi-vector" and "a Stanford ColBERT" in err
     record = manifest["sentence_transformers"]["colbert"]
     assert (record["query_prefix"], record["document_prefix"]) == ("[unused0]", "[unused1]")
     assert (record["query_length"], record["document_length"]) == (10, 18)

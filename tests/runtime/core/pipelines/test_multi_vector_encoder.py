@@ -13,18 +13,16 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from bertonnx.runtime import load
 from bertonnx.runtime.cli import main
 from bertonnx.runtime.core.errors import ArtifactError
 from bertonnx.runtime.core.multi_vector_encoder import read_multi_vector
-from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
-from tests.colbert_reference import DOCUMENTS, QUERIES
 from tests.references import ST6
-from tests.runtime.core.pipelines._colbert import ATOL, assert_token_vectors, reference_outputs
+from tests.runtime.core.pipelines._colbert import (assert_token_vectors, export_json,
+                                                   exports_of, reference_outputs)
 from tests.st6_reference import CASES, FROM_PYLATE
 
 
@@ -38,19 +36,8 @@ def st6_references(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def st6_export(st6_references, tmp_path_factory):
     """st6_export(case) -> the export folder of the `case` MultiVectorEncoder (made once)."""
-    from bertonnx.export import ExportOptions, export_model  # torch: lazy
-
-    root = tmp_path_factory.mktemp("st6-exports")
-    made: dict[str, Path] = {}
-
-    def get(case: str) -> Path:
-        if case not in made:
-            export_model(st6_references / case, "multi-vector", root / case,
-                         ExportOptions(parity=False))
-            made[case] = root / case
-        return made[case]
-
-    return get
+    return exports_of(st6_references, tmp_path_factory.mktemp("st6-exports"),
+                      (*CASES, FROM_PYLATE))
 
 
 @pytest.mark.parametrize("case", [*CASES, FROM_PYLATE])
@@ -60,11 +47,8 @@ def test_token_vectors_equal_multi_vector_encoders(case, st6_references, st6_exp
 
 def test_a_multi_vector_encoder_exports_as_multi_vector_with_its_settings(st6_references,
                                                                           tmp_path, capsys):
-    out = tmp_path / "out"
-    assert main(["export", str(st6_references / "min"), "--out", str(out),
-                 "--json"]) == 0   # no --task: the folder says MultiVectorEncoder
-    cap = capsys.readouterr()
-    manifest = json.loads(cap.out)
+    # no --task: the folder says MultiVectorEncoder
+    manifest, _ = export_json(st6_references / "min", tmp_path / "out", capsys)
     assert manifest["task"] == "multi-vector" and manifest["parity"]["passed"]
     record = manifest["sentence_transformers"]["colbert"]
     assert (record["query_length"], record["query_floor"], record["document_length"]) == (
