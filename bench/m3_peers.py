@@ -56,13 +56,7 @@ def _reference(out: Path, threads: int, n: int) -> None:
     model = BGEM3FlagModel(str(folder), use_fp16=False, devices="cpu")
     got = model.encode(prose_passages(n), batch_size=32, return_dense=True, return_sparse=True,
                        return_colbert_vecs=True)
-    arrays = {"dense": np.asarray(got["dense_vecs"], np.float32)}
-    for i, (weights, vecs) in enumerate(zip(got["lexical_weights"], got["colbert_vecs"])):
-        ids = sorted(int(k) for k in weights)
-        arrays[f"ids{i}"] = np.array(ids, np.int64)
-        arrays[f"values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
-        arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
-    np.savez(out / "flagembedding.npz", **arrays)
+    np.savez(out / "flagembedding.npz", **references.flagembedding_arrays(got))
 
 
 def _timing(out: Path, threads: int, n: int, engines: list[str]) -> None:
@@ -119,12 +113,12 @@ def _accuracy(got: list[dict], ref: dict) -> tuple[int, float, float, float]:
     for i, g in enumerate(got):
         entries = sorted((e["index"], e["value"]) for e in g["lexical_weights"])
         ids = np.array([k for k, _ in entries], np.int64)
-        if len(ids) != len(ref[f"ids{i}"]) or (ids != ref[f"ids{i}"]).any() or \
+        if len(ids) != len(ref[f"sparse_ids{i}"]) or (ids != ref[f"sparse_ids{i}"]).any() or \
                 g["colbert_vecs"].shape != ref[f"colbert{i}"].shape:
             continue
         same += 1
         sparse = max(sparse, float(np.abs(np.array([v for _, v in entries])
-                                          - ref[f"values{i}"]).max(initial=0)))
+                                          - ref[f"sparse_values{i}"]).max(initial=0)))
         colbert = max(colbert, float(np.abs(g["colbert_vecs"] - ref[f"colbert{i}"]).max()))
     return same, dense, sparse, colbert
 

@@ -1,7 +1,8 @@
 """Where the multi-vector references live and how to run them from here: PyLate and
 FlagEmbedding (and sentence-transformers 6) each in a small environment of its own under the
 test cache, made by `python -m tests.references` (tests/references.py says why), which reads
-the caller's packages after its own. bench.colbert_peers and bench.m3_peers run them.
+the caller's packages after its own. bench.colbert_peers and bench.m3_peers run them; the
+bench and the tests keep FlagEmbedding's outputs the same way (flagembedding_arrays).
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+
+import numpy as np
 
 # the caller's site-packages, which a references' environment reads after its own (its .pth)
 SUITE_SITE = "BERTONNX_SUITE_SITE"
@@ -50,3 +53,15 @@ def run(module: str, *args: str) -> None:
     if not reference.is_file():
         sys.exit(f"no references' environment at {reference}: run python -m tests.references")
     subprocess.run([str(reference), "-m", module, *args], check=True, env=env())
+
+
+def flagembedding_arrays(got: dict) -> dict[str, np.ndarray]:
+    """BGEM3FlagModel.encode's three outputs as arrays to keep (np.savez): dense (N, H);
+    colbert<i>; sparse_ids<i> / sparse_values<i>, each lexical_weights dict by id ascending."""
+    arrays = {"dense": np.asarray(got["dense_vecs"], np.float32)}
+    for i, (weights, vecs) in enumerate(zip(got["lexical_weights"], got["colbert_vecs"])):
+        ids = sorted(int(k) for k in weights)
+        arrays[f"sparse_ids{i}"] = np.array(ids, np.int64)
+        arrays[f"sparse_values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
+        arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
+    return arrays

@@ -34,6 +34,7 @@ def main(out: Path) -> None:
     import torch
     from FlagEmbedding import BGEM3FlagModel
 
+    from bertonnx.bench.references import flagembedding_arrays
     from tests.conftest import make_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
@@ -50,12 +51,7 @@ def main(out: Path) -> None:
     model = BGEM3FlagModel(str(folder), use_fp16=False, devices="cpu")
     got = model.encode(TEXTS, batch_size=BATCH_SIZE, max_length=MAX_LENGTH, return_dense=True,
                        return_sparse=True, return_colbert_vecs=True)
-    arrays = {"dense": np.asarray(got["dense_vecs"], np.float32)}
-    for i, (weights, vecs) in enumerate(zip(got["lexical_weights"], got["colbert_vecs"])):
-        ids = sorted(int(k) for k in weights)
-        arrays[f"sparse_ids{i}"] = np.array(ids, np.int64)
-        arrays[f"sparse_values{i}"] = np.array([weights[str(k)] for k in ids], np.float32)
-        arrays[f"colbert{i}"] = np.asarray(vecs, np.float32)
+    arrays = flagembedding_arrays(got)
     # its score helpers on every pair of the texts (lexical: the dicts as encode gave them)
     arrays["lexical_scores"] = np.asarray(model.compute_lexical_matching_score(
         got["lexical_weights"], got["lexical_weights"]), np.float64)
