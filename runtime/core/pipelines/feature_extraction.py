@@ -67,10 +67,13 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
             tuple(record.get("matryoshka_dimensions", ())) if folder.foreign is None
             else matryoshka_dimensions(folder.path))
         self._ranges = record.get("ranges", {})
+        self._range_arrays: dict[int, np.ndarray] = {}   # parsed once per width, not per request
 
     def embedding_ranges(self, width: int) -> np.ndarray | None:
         """The (2, width) per-dimension minimum and maximum of this export's default vectors
         cut to `width`, calibrated at export on real text; None where none were."""
+        if width in self._range_arrays:
+            return self._range_arrays[width]
         ranges = self._ranges.get(str(width))
         if ranges is None:
             return None
@@ -82,6 +85,7 @@ class FeatureExtractionPipeline(SentenceFolderPipeline):
             raise ArtifactError(f"{self.folder.path}'s manifest records embedding ranges for "
                                 f"{width} dimensions that are not two rows of {width} numbers",
                                 "export the model again")
+        self._range_arrays[width] = ranges
         return ranges
 
     @property
