@@ -17,7 +17,6 @@ route is the wire's alone.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,11 +55,12 @@ class M3Output(Wire):
         call = self.inner.parse(state, request, body)
         if state.pipeline.task != TASK:
             return call
-        # the wire has read the body: TEI's truncate, where the route has it, is its field
-        refuse = json.loads(body).get("truncate") is False
+        # truncate false, as the wire read it; with --long-inputs chunk the wire windows such a
+        # text instead (long_inputs), which BGE-M3 does not: refused past the cut too
+        refuse = self.inner.refuses_long(call) or "long_inputs" in call.parsed.params
         params = {}
         for name, value in call.parsed.params.items():
-            if name == "long_inputs":   # --long-inputs chunk: BGE-M3 is not windowed here
+            if name == "long_inputs":
                 continue
             if name in KEPT:
                 params[name] = value

@@ -252,9 +252,12 @@ class EmbedWire(TeiWire):
             truncate = True
         return Call(Parsed(texts, False, params), truncate)
 
+    def refuses_long(self, call: Call) -> bool:
+        return not call.context   # truncate false
+
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)
-        if not call.context:   # truncate false
+        if self.refuses_long(call):
             prefix = prompt_text(pipe, prepared.params)
             refuse_long(pipe, [prefix + t for t in prepared.read.records])
         return work

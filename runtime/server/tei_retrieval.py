@@ -86,11 +86,13 @@ class EmbedSparseWire(TeiWire):
         _, texts, truncate, params = read_text_request(self, state, body)
         return Call(Parsed(texts, False, params), (truncate, params))
 
+    def refuses_long(self, call: Call) -> bool:
+        return not call.context[0]   # truncate false
+
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)
-        truncate, params = call.context
-        if not truncate:
-            prefix = prompt_text(pipe, params)
+        if self.refuses_long(call):
+            prefix = prompt_text(pipe, call.context[1])
             refuse_long(pipe, [prefix + t for t in prepared.read.records])
         return work
 

@@ -96,6 +96,11 @@ class Wire:
         tokenized (TEI's `truncate: false`)."""
         return prepared.price(pipe, limits)
 
+    def refuses_long(self, call: Call) -> bool:
+        """Whether this call refuses a text past the model rather than cutting it (TEI's
+        `truncate: false`): none here; the TEI wires that read `truncate` say."""
+        return False
+
     def respond(self, answer, call: Call, work):
         """The HTTP response for the pipeline's answer (`work`: what the call cost, its
         tokens, as protocol.Prepared.price counted them)."""
