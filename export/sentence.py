@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from bertonnx.export.bge_m3 import carry_heads
@@ -23,7 +24,7 @@ from bertonnx.runtime.core.colbert import is_colbert_folder
 from bertonnx.runtime.core.multi_vector_encoder import read_multi_vector
 from bertonnx.runtime.core.cross_encoder import read_cross_encoder
 from bertonnx.runtime.core.errors import ArtifactError, ConfigError
-from bertonnx.runtime.core.sentence_modules import Dense, load_dense, read_safetensors
+from bertonnx.runtime.core.sentence_modules import Dense, load_dense
 from bertonnx.runtime.core.sentence_transformers import folder_task, read_folder
 from bertonnx.runtime.core.sparse_encoder import is_splade_folder
 from bertonnx.runtime.core.tasks import TASKS
@@ -83,6 +84,9 @@ def _carry_colbert(source: Path | None, out: Path) -> dict:
 
 def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
     path = source / m.weights
+    wanted = ("linear.weight", "linear.bias") if m.bias else ("linear.weight",)
+    if m.residual and m.in_features != m.out_features:   # PyLate's projected residual
+        wanted += ("residual.weight",)
     if path.suffix == ".bin":
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -93,14 +97,11 @@ def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
         tensors = {k: v.detach().float().numpy() for k, v in state.items()
                    if isinstance(v, torch.Tensor)} if isinstance(state, dict) else {}
     else:
-        tensors = read_safetensors(path)
+        tensors = _read_only(path, wanted)
     # a Stanford ColBERT's projection sits in the encoder's own weights file: carried alone,
     # into the folder PyLate would save it in
     parent = Path(m.weights).parent
     rel = ((parent if parent != Path(".") else Path("1_Dense")) / "model.safetensors").as_posix()
-    wanted = ("linear.weight", "linear.bias") if m.bias else ("linear.weight",)
-    if m.residual and m.in_features != m.out_features:   # PyLate's projected residual
-        wanted += ("residual.weight",)
     missing = [k for k in wanted if k not in tensors]
     if missing:
         raise ArtifactError(f"{path} lacks {', '.join(missing)}", "restore the file")
@@ -110,3 +111,14 @@ def _write_dense(m: Dense, source: Path, out: Path) -> Dense:
     carried = replace(m, weights=rel)
     load_dense(carried, out)   # the runtime's own reader and shape checks, on what it will read
     return carried
+
+
+def _read_only(path: Path, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The tensors `names` (those present) of a safetensors file, as float32: a Stanford
+    ColBERT's projection is read without its encoder's weights, which share the file."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k).float().numpy() for k in names if k in f.keys()}
+    except Exception as e:  # safetensors' own error types (header, truncation)
+        raise ArtifactError(f"{path} is not a safetensors file ({type(e).__name__})",
+                            "restore the file, or export the model again") from None
