@@ -196,19 +196,21 @@ def read_prompt(data: dict, pipe) -> dict:
     return {"prompt_name": name}
 
 
-def refuse_long(pipe, texts: list, pairs: list | None = None) -> None:
-    """TEI's refusal of an input past the tokens the export keeps of a text (`kept_tokens`: the
-    model's length, BGE-M3's 512) when truncation is off."""
-    limit = pipe.kept_tokens
+def refuse_long(pipe, texts: list, pairs: list | None = None, limit: int | None = None,
+                field: str = "inputs") -> None:
+    """TEI's refusal of an input past the tokens the export keeps of a text when truncation is
+    off: `limit`, by default `kept_tokens` (the model's length, BGE-M3's 512, a ColBERT's
+    document length); `field` names the request's field in the message."""
+    limit = pipe.kept_tokens if limit is None else limit
     encs = (pipe.encode(list(texts), pairs, warn=False) if limit == pipe.max_length
             else pipe.backend(limit).encode_batch(list(texts)))
     for i, e in enumerate(encs):
         if e.overflowing:
             whole = (texts[i],) if pairs is None or pairs[i] is None else (texts[i], pairs[i])
             n = len(pipe.tokenizer.backend.encode(*whole).ids)
-            raise invalid(f"{VALIDATION}`inputs` must have less than {limit} tokens. "
-                          f"Given: {n} (input {i}); shorten it, or send truncate true",
-                          "inputs")
+            where = f" (input {i})" if field in ("inputs", "texts") else ""
+            raise invalid(f"{VALIDATION}`{field}` must have less than {limit} tokens. "
+                          f"Given: {n}{where}; shorten it, or send truncate true", field)
 
 
 # -- the wires -------------------------------------------------------------------------------

@@ -10,7 +10,9 @@
 
 A rerank's scores are the cross-encoder's (pipelines/text_ranking.py): its activation, sigmoid
 for one label (as TEI's), the logits with `raw_scores`; on a multi-vector (ColBERT) export, the
-MaxSim of the query's and each text's token vectors (PyLate's colbert_scores); equal scores come out as TEI orders them
+MaxSim of the query's and each text's token vectors (PyLate's colbert_scores), the query and
+texts cut at the folder's query and document lengths (`truncate: false` refuses past them, and
+/info's max_input_length is the document length); equal scores come out as TEI orders them
 (the higher index first). Each of `texts` counts against --max-inputs (TEI's
 max_client_batch_size bounds them the same way). A sparse vector is each text's non-zero SPLADE
 weights (pipelines/sparse_embedding.py), listed by vocabulary index as TEI lists them.
@@ -56,15 +58,23 @@ class RerankWire(TeiWire):
         params = {"raw_scores": read_bool(data, "raw_scores", False), **direction}
         if state.pipeline.task == MULTI_VECTOR:
             # MaxSim (pipelines/multi_vector.py): no activation to leave out, and texts cut
-            # where PyLate cuts them (the query and document lengths), truncate or not
-            params, truncate = {}, True
+            # where PyLate cuts them (the query and document lengths) or, with truncate
+            # false, refused past them
+            params = {}
         ctx = _Rerank(query, texts, truncate, read_bool(data, "return_text", False))
         return Call(Parsed({"query": query, "documents": texts}, True, params), ctx)
 
     def price(self, prepared, pipe, limits, call: Call):
         work = super().price(prepared, pipe, limits, call)
         ctx: _Rerank = call.context
-        if not ctx.truncate:   # the query as the model reads it: after the default prompt
+        if ctx.truncate:
+            return work
+        if pipe.task == MULTI_VECTOR:   # the query and each text at their own lengths
+            refuse_long(pipe, pipe.prompted([ctx.query], True), limit=pipe.cut(True),
+                        field="query")
+            refuse_long(pipe, pipe.prompted(ctx.texts, False), limit=pipe.cut(False),
+                        field="texts")
+        else:   # the query as the model reads it: after the default prompt
             refuse_long(pipe, [prompt_text(pipe, {}) + ctx.query] * len(ctx.texts), ctx.texts)
         return work
 

@@ -131,19 +131,35 @@ class MultiVectorPipeline(Pipeline):
         return self({"query": query, "documents": list(documents)}, top_k=top_k,
                     return_documents=return_documents, batch_size=batch_size)
 
+    def cut(self, is_query: bool) -> int:
+        """The tokens of a query's or document's text it keeps (special tokens and prompt
+        counted): its length (query_length / document_length; None: the model's) less the
+        prefix marker's place, so the row fits the model even where the folder's length does
+        not (PyLate's position embeddings would overflow there)."""
+        s = self.settings
+        length = min((s.query_length if is_query else s.document_length) or self.max_length,
+                     self.max_length)
+        return length - 1 if self._prefix[is_query] is not None else length
+
+    def prompted(self, texts: list[str], is_query: bool) -> list[str]:
+        """`texts` as the tokenizer reads them: after a MultiVectorEncoder's prompt (text before
+        the input, tokenized and cut with it)."""
+        prompt = self.settings.query_prompt if is_query else self.settings.document_prompt
+        return [prompt + t for t in texts] if prompt else list(texts)
+
+    @property
+    def kept_tokens(self) -> int:
+        # a document's cut: /rerank's texts and /embed_multi's documents (TEI's max_input_length)
+        return self.cut(False)
+
     def rows(self, texts: list[str], is_query: bool) -> list[tuple[list[int], int]]:
         """Each text's token ids as the graph reads them and how many are attended to
         (ColBERT.tokenize)."""
         s = self.settings
-        # a length of None: the model's maximum (a MultiVectorEncoder's unset one)
-        length = (s.query_length if is_query else s.document_length) or self.max_length
         prefix = self._prefix[is_query]
-        prompt = s.query_prompt if is_query else s.document_prompt
-        cut = min(length - 1 if prefix is not None else length, self.max_length)
-        # a MultiVectorEncoder's prompt is text before the input, tokenized with it (so cut too)
+        cut = self.cut(is_query)
         # through the shared encoder: what `work` priced is taken, a huge text is cut first
-        encs = self.encode([prompt + t for t in texts] if prompt else texts, warn=False,
-                           max_length=cut)
+        encs = self.encode(self.prompted(texts, is_query), warn=False, max_length=cut)
         expand = is_query and s.do_query_expansion
         # "min" expansion pads to the floor only; PyLate's ("fixed") to the cut
         width = min(s.query_floor, cut) if s.query_floor is not None else cut

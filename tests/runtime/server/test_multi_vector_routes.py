@@ -95,9 +95,38 @@ def test_cohere_client_reranks_a_colbert_export(url, colbert):
         colbert.read_inputs({"query": QUERY, "documents": DOCS})).tokens
 
 
-def test_info_names_a_colbert_export_tei_s_reranker(url):
+def rerank(url, query, texts, **fields) -> httpx.Response:
+    return httpx.post(url + "/rerank", json={"query": query, "texts": texts, **fields},
+                      timeout=30)
+
+
+def test_tei_rerank_with_truncate_false_refuses_past_the_colbert_lengths(url, colbert):
+    # the tiny folder cuts documents at 24 tokens and queries at 12, the [D]/[Q] marker's place
+    # included (tests/colbert_folder.py): a text's own tokens are one fewer
+    s = colbert.settings
+    assert (colbert.cut(False), colbert.cut(True)) == (s.document_length - 1, s.query_length - 1)
+    fits = " ".join(["cat"] * (colbert.cut(False) - 2))       # [CLS] ... [SEP]: exactly the cut
+    past = fits + " cat"
+    kept = rerank(url, QUERY, [fits, *DOCS], truncate=False)
+    assert kept.status_code == 200
+    assert kept.json() == rerank(url, QUERY, [fits, *DOCS]).json()
+    refusal(rerank(url, QUERY, [DOCS[0], past], truncate=False), 422, "Validation",
+            f"`texts` must have less than {colbert.cut(False)} tokens",
+            f"Given: {colbert.cut(False) + 1} (input 1)", "truncate true")
+    long_query = " ".join(["cat"] * colbert.cut(True))
+    refusal(rerank(url, long_query, DOCS, truncate=False), 422, "Validation",
+            f"`query` must have less than {colbert.cut(True)} tokens",
+            f"Given: {colbert.cut(True) + 2}")
+    # truncated (the default): cut where PyLate cuts, so the extra token changes nothing
+    assert rerank(url, QUERY, [past]).json()[0]["score"] == pytest.approx(
+        rerank(url, QUERY, [fits]).json()[0]["score"], abs=1e-6)
+
+
+def test_info_names_a_colbert_export_tei_s_reranker(url, colbert):
     # it answers TEI's /rerank (by MaxSim) and not /embed: to a TEI client, a reranker
     info = httpx.get(url + "/info", timeout=30).json()
+    # the tokens a document keeps, not the model's length
+    assert info["max_input_length"] == colbert.cut(False) < colbert.max_length
     # one score (MaxSim), named as a one-label cross-encoder's: not its config.json's labels
     assert info["model_type"] == {"reranker": {"id2label": {"0": "LABEL_0"},
                                                "label2id": {"LABEL_0": 0}}}

@@ -84,3 +84,23 @@ def test_a_folder_that_is_not_colbert_is_refused_in_one_line(tiny_checkpoint, tm
         export_model(tiny_checkpoint("feature-extraction"), "multi-vector", tmp_path / "x",
                      ExportOptions(parity=False))
     assert not (tmp_path / "x").exists()
+
+
+def test_a_length_past_the_model_s_is_cut_to_fit_it(tiny_export):
+    # a folder's document/query length past the model's positions (PyLate's embeddings would
+    # overflow): the row, marker included, is cut to the model's length, not past it
+    import dataclasses
+
+    pipe = load(tiny_export("multi-vector"))
+    s = pipe.settings
+    long_text = " ".join(["cat"] * (pipe.max_length * 2))
+    fitting = dataclasses.replace(s, document_length=pipe.max_length,
+                                  query_length=pipe.max_length)
+    pipe.settings = dataclasses.replace(s, document_length=pipe.max_length + 50,
+                                        query_length=pipe.max_length + 50)
+    past = [pipe([long_text], is_query=q)[0] for q in (False, True)]
+    assert [len(ids) for ids, _ in pipe.rows([long_text], False)] == [pipe.max_length]
+    pipe.settings = fitting
+    for got, want in zip(past, [pipe([long_text], is_query=q)[0] for q in (False, True)]):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
