@@ -2,13 +2,18 @@
 
     python -m bertonnx.bench.batch_caps FOLDER --work sentences --caps 2048:1,1024:4,512:4
 
-Each configuration is `TOKENS:ROWS`: a call stops at TOKENS padded tokens unless it holds
-fewer than ROWS texts (runtime/core/batches.py; the runtime's default first where no --caps
-is given). One loaded pipeline runs the same work under each configuration, round-robin with
+Each configuration is `TOKENS:ROWS[:MULTIPLE]`: a call stops at TOKENS padded tokens unless
+it holds fewer than ROWS texts, its width rounded up to MULTIPLE (runtime/core/batches.py; the
+engine's where not given; the runtime's default first where no --caps is given). One loaded
+pipeline runs the same work under each configuration, round-robin with
 the order rotated each round (timing.round_robin), so background load falls on all alike;
 texts/s are medians, with each configuration's ratio to the first. `--memory` also runs each
 configuration once in a fresh process and reports its peak RSS (VmHWM): the arena keeps a
 call's high-water mark, so the cap bounds a server's memory too.
+
+`--fresh` draws new calls each round and gives each configuration its own loaded pipeline: an
+engine that compiles kernels per input shape (OpenVINO) then meets shapes it has not run, as a
+server meeting new texts does, and `--memory` reports the peak after --rounds such draws.
 
 The work is what a server or a bulk job hands the pipeline: `sentences` and `passages`
 (bench/inputs.py prose, in calls of 16 and 128 texts: two small calls to one large), or
@@ -16,11 +21,12 @@ The work is what a server or a bulk job hands the pipeline: `sentences` and `pas
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import queue
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from random import Random
 
@@ -37,25 +43,29 @@ from .timing import round_robin
 class Cap:
     tokens: int
     rows: int
+    multiple: int | None = None   # batch widths rounded up to it; None: the engine's
 
     @property
     def label(self) -> str:
-        return f"{self.tokens} tokens, ≥ {self.rows} rows"
+        widths = "" if self.multiple is None else f", widths ×{self.multiple}"
+        return f"{self.tokens} tokens, ≥ {self.rows} rows{widths}"
 
 
 def parse_caps(text: str | None) -> list[Cap]:
-    """"2048:1,512:4" -> caps; none given: the runtime's default alone."""
+    """"2048:1,512:4:16" -> caps (TOKENS:ROWS[:MULTIPLE]); none given: the runtime's default
+    alone."""
     if not text:
         return [Cap(MAX_BATCH_TOKENS, MIN_BATCH_ROWS)]
     caps = []
     for part in text.split(","):
-        tokens, _, rows = part.strip().partition(":")
+        tokens, _, rest = part.strip().partition(":")
+        rows, _, multiple = rest.partition(":")
         try:
-            cap = Cap(int(tokens), int(rows or 1))
+            cap = Cap(int(tokens), int(rows or 1), int(multiple) if multiple else None)
         except ValueError:
-            raise InputError(f"--caps wants TOKENS:ROWS pairs, got {part!r}",
-                             "e.g. --caps 2048:1,512:4") from None
-        if cap.tokens < 1 or cap.rows < 1:
+            raise InputError(f"--caps wants TOKENS:ROWS[:MULTIPLE], got {part!r}",
+                             "e.g. --caps 2048:1,512:4:16") from None
+        if min(cap.tokens, cap.rows, cap.multiple or 1) < 1:
             raise InputError(f"--caps: {part!r} is not positive", "e.g. --caps 2048:1,512:4")
         if cap in caps:
             raise InputError(f"--caps names {part.strip()!r} twice", "name each TOKENS:ROWS once")
@@ -74,38 +84,59 @@ def workload(pipe, work: str, calls: int, seed: int = 0):
     return (lambda: [pipe(b) for b in batches]), sum(map(len, batches))
 
 
+def fresh_workload(pipe, work: str, calls: int):
+    """As `workload`, but each run draws new calls from the prose (run k: seed k, the same
+    sequence for every configuration), so an engine meets shapes it has not run before, as a
+    server does. (pairs: the same calls each run.)"""
+    draws = itertools.count()
+
+    def run():
+        workload(pipe, work, calls, seed=next(draws))[0]()
+    return run, workload(pipe, work, calls)[1]   # every draw handles as many texts
+
+
 def _configured(pipe, cap: Cap, run):
+    session = pipe.session.config
+
     def call():
         pipe.batch_tokens, pipe.batch_rows = cap.tokens, cap.rows
+        if cap.multiple is not None:
+            pipe.session.config = replace(session, pad_multiple=cap.multiple)
         with quiet_logs():  # passages past the model's length are truncated on purpose
             run()
     return call
 
 
 def throughput(folder: Path, work: str, caps: list[Cap], *, calls: int = 30, rounds: int = 5,
-               threads: int | None = None) -> dict[Cap, list[float]]:
-    """texts (pairs) per second of each cap, one value per round."""
-    pipe = load(folder, threads=threads)
-    run, count = workload(pipe, work, calls)
-    fns = {cap: _configured(pipe, cap, run) for cap in caps}
+               threads: int | None = None, fresh: bool = False) -> dict[Cap, list[float]]:
+    """texts (pairs) per second of each cap, one value per round. `fresh`: new calls each
+    round, and each cap on its own loaded pipeline, so no cap runs a shape another compiled."""
+    shared = None if fresh else load(folder, threads=threads)
+    fns, count = {}, 0
+    for cap in caps:
+        pipe = shared or load(folder, threads=threads)
+        run, count = (fresh_workload if fresh else workload)(pipe, work, calls)
+        fns[cap] = _configured(pipe, cap, run)
     times = round_robin(fns, rounds, warmup=1, rotate=True)
     return {cap: [count / t for t in ts] for cap, ts in times.items()}
 
 
-def _peak_child(folder, work, cap, calls, threads, out):
+def _peak_child(folder, work, cap, calls, threads, fresh, out):
     pipe = load(folder, threads=threads)
-    run, _ = workload(pipe, work, calls)
-    _configured(pipe, cap, run)()
+    run, _ = (fresh_workload if fresh else workload)(pipe, work, calls)
+    for _ in range(fresh or 1):
+        _configured(pipe, cap, run)()
     with open("/proc/self/status") as f:
         out.put(next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM")))
 
 
 def peak_rss_mb(folder: Path, work: str, cap: Cap, *, calls: int = 30,
-                threads: int | None = None) -> int:
-    """Peak RSS (MiB) of a fresh process that loads the folder and runs the work once."""
+                threads: int | None = None, fresh: int = 0) -> int:
+    """Peak RSS (MiB) of a fresh process that loads the folder and runs the work once (or
+    `fresh` runs of new calls: a server's memory after meeting that many)."""
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited
     out = ctx.Queue()
-    child = ctx.Process(target=_peak_child, args=(folder, work, cap, calls, threads, out))
+    child = ctx.Process(target=_peak_child, args=(folder, work, cap, calls, threads, fresh, out))
     child.start()
     try:
         while True:  # until the child answers, or has ended without an answer
@@ -125,7 +156,8 @@ def caps_report(folder: Path, work: str, results: dict[Cap, list[float]],
     rows = []
     for cap, values in results.items():
         median = statistics.median(values)
-        rows.append({"tokens": cap.tokens, "rows": cap.rows, "per_s": median,
+        rows.append({"tokens": cap.tokens, "rows": cap.rows, "multiple": cap.multiple,
+                     "per_s": median,
                      "min": min(values), "max": max(values), "ratio": median / base,
                      "peak_rss_mb": (peaks or {}).get(cap)})
     return {"folder": str(folder), "work": work, "cpu": cpu_model(),
@@ -140,7 +172,8 @@ def format_caps(rep: dict) -> str:
              "|---|---|---|---|---|"]
     for r in rep["results"]:
         peak = "—" if r["peak_rss_mb"] is None else str(r["peak_rss_mb"])
-        lines.append(f"| {r['tokens']} tokens, ≥ {r['rows']} rows | {r['per_s']:.1f} | "
+        widths = "" if r["multiple"] is None else f", widths ×{r['multiple']}"
+        lines.append(f"| {r['tokens']} tokens, ≥ {r['rows']} rows{widths} | {r['per_s']:.1f} | "
                      f"{r['min']:.1f}–{r['max']:.1f} | {r['ratio']:.2f} | {peak} |")
     return "\n".join(lines)
 

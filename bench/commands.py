@@ -321,14 +321,19 @@ def _mixed_workload(chosen: tuple[str, ...] | None, quick: bool, fp32_only: bool
               default="sentences", show_default=True,
               help="Prose in calls of 16 and 128 texts, or a cross-encoder's (query, 100 "
                    "passages) calls (pairs: a text-ranking export).")
-@click.option("--caps", help="Comma list of TOKENS:ROWS, the first the baseline of the ratios "
-                             "(default: the runtime's own).")
+@click.option("--caps", help="Comma list of TOKENS:ROWS[:MULTIPLE] (MULTIPLE: batch widths "
+                             "rounded up to it; default the engine's), the first the baseline "
+                             "of the ratios (default: the runtime's own).")
+@click.option("--fresh", is_flag=True,
+              help="New calls each round, each configuration on its own loaded pipeline (an "
+                   "engine meets new shapes, as a server does); with --memory, the peak after "
+                   "--rounds such runs.")
 @click.option("--calls", default=30, show_default=True, help="Calls per round.")
 @click.option("--rounds", default=5, show_default=True, help="Timed rounds, order rotated.")
 @click.option("--threads", type=int, help="Intra-op threads (default: usable CPUs).")
 @click.option("--memory", is_flag=True, help="Also each cap's peak RSS in a fresh process.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def batch_caps_command(folder, work, caps, calls, rounds, threads, memory, as_json):
+def batch_caps_command(folder, work, caps, fresh, calls, rounds, threads, memory, as_json):
     """The micro-batch limits end to end on an export FOLDER: texts/s per cap, round-robin."""
     # batch_caps.py's `python -m` entry imports this module: imported here, there is no cycle
     from .batch_caps import caps_report, format_caps, parse_caps, peak_rss_mb, throughput
@@ -337,8 +342,10 @@ def batch_caps_command(folder, work, caps, calls, rounds, threads, memory, as_js
         chosen = parse_caps(caps)
     except InputError as e:
         raise click.BadParameter(str(e), param_hint="--caps") from None
-    results = throughput(folder, work, chosen, calls=calls, rounds=rounds, threads=threads)
-    peaks = ({cap: peak_rss_mb(folder, work, cap, calls=calls, threads=threads)
+    results = throughput(folder, work, chosen, calls=calls, rounds=rounds, threads=threads,
+                         fresh=fresh)
+    peaks = ({cap: peak_rss_mb(folder, work, cap, calls=calls, threads=threads,
+                               fresh=rounds if fresh else 0)
               for cap in chosen} if memory else None)
     rep = caps_report(folder, work, results, peaks)
     click.echo(json.dumps(rep, indent=2) if as_json else format_caps(rep))

@@ -95,15 +95,25 @@ def _spans(sorted_lengths: np.ndarray, batch_size: int, max_tokens: int, min_row
         lo = hi
 
 
+def padded_width(longest: np.ndarray | int, multiple: int = 1, limit: int | None = None):
+    """A batch's width for its longest row: rounded up to `multiple` (an engine that compiles a
+    kernel per shape sees fewer shapes), never past `limit` (the model's positions) unless the
+    row itself is."""
+    width = -(-np.asarray(longest) // multiple) * multiple
+    return width if limit is None else np.maximum(np.minimum(width, limit), longest)
+
+
 def micro_batches(encodings: Sequence, batch_size: int, pad_id: int,
-                  max_tokens: int = MAX_BATCH_TOKENS, min_rows: int = MIN_BATCH_ROWS
-                  ) -> Iterator[Batch]:
-    """Length-sorted micro-batches of `encodings` (anything with .ids and .type_ids)."""
+                  max_tokens: int = MAX_BATCH_TOKENS, min_rows: int = MIN_BATCH_ROWS,
+                  multiple: int = 1, limit: int | None = None) -> Iterator[Batch]:
+    """Length-sorted micro-batches of `encodings` (anything with .ids and .type_ids), each
+    padded to `padded_width` of its longest row (`multiple`, `limit`: the engine's)."""
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}", "pass a positive batch size")
     lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
     order = np.argsort(lengths, kind="stable")
-    for lo, hi in _spans(lengths[order], batch_size, max_tokens, min_rows):
+    widths = padded_width(lengths[order], multiple, limit)   # ascending, as the lengths
+    for lo, hi in _spans(widths, batch_size, max_tokens, min_rows):
         idx = order[lo:hi]
-        p = pad_encodings([encodings[i] for i in idx], pad_id)
+        p = pad_encodings([encodings[i] for i in idx], pad_id, width=int(widths[hi - 1]))
         yield Batch(p.input_ids, p.attention_mask, p.token_type_ids, p.lengths, index=idx)

@@ -56,13 +56,20 @@ class Engine:
     # (Zen 4); AMX tiles want larger GEMMs — OpenVINO bf16, MiniLM, 512 prose sentences, 2
     # threads, one process: 512 969, 2048 1045, 4096 1036 texts/s (Xeon with AMX)
     batch_tokens: int = MAX_BATCH_TOKENS
+    # a batch's width rounded up to this (batches.padded_width). OpenVINO's CPU plugin compiles
+    # and caches kernels per input shape: on a server's mix of lengths every new width cost a
+    # compile and ~1.7 MB kept for the process's life (MiniLM, 2,000 widths: 2.6 GB). Widths
+    # in steps of 16 (AMX's tile rows) on 1,200 random (1-16, 8-100) shapes: 33.5k against
+    # 25.7k real tokens/s and 370 against 1,066 MB (docs/engines.md, "Memory"). The CPU
+    # provider compiles nothing per shape, so its padding would only be work.
+    pad_multiple: int = 1
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("cpu", "CPUExecutionProvider", ("f32",)),
     Engine("openvino", "OpenVINOExecutionProvider", ("f32", "bf16"), extra="openvino",
            plugin="onnxruntime_ep_openvino", install="pip install 'bertonnx[openvino]'",
-           batch_tokens=2048),
+           batch_tokens=2048, pad_multiple=16),
     Engine("cuda", "CUDAExecutionProvider", ("f32",), install="pip install onnxruntime-gpu"),
     Engine("tensorrt", "TensorrtExecutionProvider", ("f32",),
            install="pip install onnxruntime-gpu tensorrt"),
@@ -95,6 +102,11 @@ class Choice:
     def batch_tokens(self) -> int:
         row = ENGINES.get(self.engine)
         return row.batch_tokens if row is not None else MAX_BATCH_TOKENS
+
+    @property
+    def pad_multiple(self) -> int:
+        row = ENGINES.get(self.engine)
+        return row.pad_multiple if row is not None else 1
 
     @property
     def key(self) -> str:

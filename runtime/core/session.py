@@ -47,6 +47,7 @@ class SessionConfig:
     precision: str = "f32"              # the engine's float arithmetic: f32 | bf16
     reason: str = "asked"               # why this engine (auto's rule, or the user asked)
     batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per call the engine runs best at
+    pad_multiple: int = 1               # batch widths rounded up to it (engines.Engine)
     threads: int | None = None          # intra-op threads; None = onnxruntime's default
     optimization: str = "all"           # disable | basic | extended | all
     # The arena keeps its high-water mark for the session's life; export's parity runs turn it
@@ -107,7 +108,8 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     engine_owns_cores()
     choice = providers if isinstance(providers, engines.Choice) else engines.concrete(providers)
     config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
-                           choice.batch_tokens, threads, optimization, memory_arena, prepacking)
+                           choice.batch_tokens, choice.pad_multiple, threads, optimization,
+                           memory_arena, prepacking)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     opts.enable_cpu_mem_arena = memory_arena

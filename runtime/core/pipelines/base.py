@@ -76,11 +76,9 @@ class Pipeline:
     input_keywords: ClassVar[tuple[str, ...]] = ()
     # the task on the Open Inference Protocol (/v2): its tensors and their conversions
     tensors: ClassVar[TaskTensors]
-    # padded tokens per session call, and the rows a call keeps past them (batches.py says
-    # why; a task whose graph holds tokens x vocabulary floats inside, sparse-embedding's MLM
-    # logits, makes the token cap hard)
-    # padded tokens per session call: a task's own hard cap (memory), or None for the engine's
-    # (SessionConfig.batch_tokens: what its kernels run best at, runtime/core/engines.py)
+    # padded tokens per session call: a task's own hard cap (memory: sparse-embedding's MLM
+    # logits, tokens x vocabulary floats), or None for the engine's (SessionConfig.batch_tokens,
+    # runtime/core/engines.py); and the rows a call keeps past it (batches.py says why)
     batch_tokens: ClassVar[int | None] = None
     batch_rows: ClassVar[int] = MIN_BATCH_ROWS
 
@@ -359,7 +357,8 @@ class Pipeline:
         check_batch_size(size, "batch_size=32")
         tokens = self.batch_tokens or self.session.config.batch_tokens
         for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id, tokens,
-                                   self.batch_rows):
+                                   self.batch_rows, self.session.config.pad_multiple,
+                                   self.max_length):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and

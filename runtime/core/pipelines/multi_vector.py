@@ -229,7 +229,8 @@ class MultiVectorPipeline(Pipeline):
                 else np.array(s.keep_only_token_ids, np.int64))
         # the pipelines' one batch builder: length-sorted, capped at the engine's tokens per call
         for batch in micro_batches([_Row(ids) for ids, _ in rows], size,
-                                   self.tokenizer.pad_token_id, tokens, self.batch_rows):
+                                   self.tokenizer.pad_token_id, tokens, self.batch_rows,
+                                   self.session.config.pad_multiple, self.max_length):
             mask = batch.attention_mask
             for r, i in enumerate(batch.index):   # [MASK] expansion: attended or not
                 mask[r, rows[i][1]:] = 0

@@ -223,14 +223,38 @@ def test_gpu_engines_fall_back_as_onnxruntime_orders_them():
 @needs_openvino
 def test_micro_batches_follow_the_engine(tiny_export):
     """The CPU provider's calls stop at 512 padded tokens; OpenVINO's at 2048 (AMX wants larger
-    GEMMs)."""
+    GEMMs), its batches' widths in steps of 16 (a kernel compiled per shape)."""
     texts = ["the cat sat on the mat with the dog in paris and london"] * 256
-    for engine, cap in (("cpu", 512), ("openvino:f32", 2048)):
+    for engine, cap, multiple in (("cpu", 512, 1), ("openvino:f32", 2048, 16)):
         pipe = load(tiny_export(EMB), providers=engine)
         assert pipe.session.config.batch_tokens == cap
+        assert pipe.session.config.pad_multiple == multiple
         seen, run = [], pipe.session.run
         pipe.session.run = lambda feeds, outputs=None: (seen.append(feeds["input_ids"].shape),
                                                         run(feeds, outputs))[1]
         pipe(texts, batch_size=256)
         assert max(b * t for b, t in seen) <= cap < sum(b * t for b, t in seen)
         assert max(b * t for b, t in seen) > cap // 2   # filled up to it, not far below
+        assert all(t % multiple == 0 for _, t in seen)
+
+
+@needs_openvino
+@pytest.mark.parametrize("name, call", [
+    (EMB, lambda p, xs: p(xs, pooling="none", batch_size=3)),
+    (NER, lambda p, xs: p(xs, aggregation_strategy="none", batch_size=3)),
+    (QA, lambda p, xs: p([{"question": "where ?", "context": x} for x in xs], top_k=2)),
+])
+def test_openvino_s_rounded_widths_answer_as_the_unpadded(tiny_export, name, call):
+    """OpenVINO pads batches to widths in steps of 16: its answers equal those of batches
+    padded to their longest row (f32: the same arithmetic, the padding masked)."""
+    import dataclasses
+
+    from tests.runtime._compare import assert_same
+
+    texts = ["paris", "the cat sat on the mat and the dog ran to the river in paris",
+             "a dog", "she said it was a good film and he said it was a bad film !"]
+    pipe = load(tiny_export(name), providers="openvino:f32")
+    assert pipe.session.config.pad_multiple == 16
+    padded = call(pipe, texts)
+    pipe.session.config = dataclasses.replace(pipe.session.config, pad_multiple=1)
+    assert_same(padded, call(pipe, texts), atol=1e-5)

@@ -39,6 +39,55 @@ def test_batched_equals_one_by_one(ours, name, call):
     assert_same(batched, one_by_one)
 
 
+def _plain(x):
+    """Arrays as nested lists of floats, so assert_same compares every value."""
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return float(x) if isinstance(x, np.floating) else x
+
+
+QUESTIONS = [{"question": "where did the dog run ?", "context": c} for c in MIXED]
+
+
+@pytest.mark.parametrize("name, call", [
+    ("fill-mask", lambda p, xs: p([x + " [MASK]" for x in xs], top_k=3, batch_size=2)),
+    ("text-classification", lambda p, xs: p(xs, top_k=None, batch_size=2)),
+    ("token-classification", lambda p, xs: p(xs, aggregation_strategy="none", batch_size=2)),
+    ("question-answering", lambda p, xs: p(QUESTIONS, top_k=3, batch_size=2)),
+    ("feature-extraction", lambda p, xs: p(xs, pooling="none", batch_size=2)),
+    ("feature-extraction", lambda p, xs: p(xs, pooling="mean", normalize=False, batch_size=5)),
+    ("sparse-embedding", lambda p, xs: p(xs, batch_size=2)),
+    ("text-ranking", lambda p, xs: p({"query": "a dog in paris", "documents": xs})),
+    ("zero-shot-classification", lambda p, xs: p(xs, candidate_labels=["cat", "city"])),
+    ("multi-vector", lambda p, xs: p(xs, batch_size=2)),
+    ("multi-vector", lambda p, xs: p(xs, is_query=True, batch_size=5)),
+    ("bge-m3", lambda p, xs: p(xs, batch_size=2)),
+    ("modernbert:feature-extraction", lambda p, xs: p(xs, pooling="none", batch_size=2)),
+    ("deberta-v2:question-answering", lambda p, xs: p(QUESTIONS, top_k=2, batch_size=2)),
+])
+def test_batches_padded_past_their_longest_row_answer_the_same(tiny_export, name, call):
+    # an engine that rounds batch widths up (OpenVINO: to 16) pads rows past the longest; every
+    # task's answer must ignore those tokens as it ignores ordinary padding. Shown on the CPU
+    # provider, whose fp32 answers are otherwise exact.
+    import dataclasses
+
+    pipe = load(tiny_export(name), providers="cpu")
+    want = _plain(call(pipe, MIXED))
+    shapes, run = [], pipe.session.run
+    pipe.session.run = lambda feeds, outputs=None: (
+        shapes.append((feeds["input_ids"].shape[1], feeds["attention_mask"].sum(1).max())),
+        run(feeds, outputs))[1]
+    pipe.session.config = dataclasses.replace(pipe.session.config, pad_multiple=16)
+    got = _plain(call(pipe, MIXED))
+    assert all(w % 16 == 0 or w == pipe.max_length for w, _ in shapes)
+    assert any(w > longest for w, longest in shapes)   # padded past the longest row: tested
+    assert_same(got, want, atol=1e-5)
+
+
 def test_qa_batched_equals_one_by_one(ours):
     items = [{"question": "where?", "context": c} for c in MIXED]
     batched = ours(QA)(items, top_k=2, batch_size=3)
@@ -231,3 +280,22 @@ def test_micro_batches_respect_the_token_budget(max_tokens, min_rows):
             assert B == 32 or (B >= min_rows and (B + 1) * after.lengths[0] > max_tokens)
         seen.extend(b.index.tolist())
     assert sorted(seen) == list(range(len(lengths)))    # every input exactly once
+
+
+@pytest.mark.parametrize("multiple, limit", [(16, None), (16, 40), (8, 512)])
+def test_micro_batches_round_widths_up_within_the_limit(multiple, limit):
+    lengths = list(np.random.default_rng(1).integers(2, 60, size=120)) + [1, 45]
+    encs = [SimpleNamespace(ids=list(range(1, n + 1)), type_ids=[0] * n) for n in lengths]
+    seen = []
+    for b in micro_batches(encs, batch_size=8, pad_id=0, max_tokens=256, min_rows=1,
+                           multiple=multiple, limit=limit):
+        B, T = b.input_ids.shape
+        longest = max(lengths[i] for i in b.index)
+        assert T == (longest if limit is not None and longest > limit
+                     else min(-(-longest // multiple) * multiple, limit or 10**9))
+        assert B * T <= 256 or B == 1   # the budget counts the padded width
+        for row, i in enumerate(b.index):   # every row whole, masked to its own length
+            assert b.lengths[row] == lengths[i] and b.attention_mask[row].sum() == lengths[i]
+            assert b.input_ids[row, :lengths[i]].tolist() == encs[i].ids
+        seen.extend(b.index.tolist())
+    assert sorted(seen) == list(range(len(lengths)))
