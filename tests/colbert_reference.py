@@ -10,7 +10,8 @@ and `OUT/stanford/` as colbert-ai saves a checkpoint (STANFORD: a transformers f
 HF_ColBERT, the projection `linear.weight` among the encoder's weights, artifact.metadata), which
 pylate loads itself; for each, `OUT/<case>.npz`: ColBERT.encode of QUERIES (is_query=True) and DOCUMENTS (is_query=False) as
 q0.., d0.., and pylate's colbert_scores of each query against every document, one pair at a time
-(scores, an (len(QUERIES), len(DOCUMENTS)) array in document order). torch, pylate: imported in main() only,
+(scores, an (len(QUERIES), len(DOCUMENTS)) array in document order), and the documents
+pooled as encode(pool_factor=, protected_tokens=) pools them (POOLS). torch, pylate: imported in main() only,
 so the tests can read the texts and cases from the suite's environment.
 """
 from __future__ import annotations
@@ -41,6 +42,8 @@ CASES = {
     "residual": (dict(query_length=12, document_length=20),
                  ((32, 16, True, True), (16, 16, False, True))),
 }
+# (pool_factor, protected_tokens) of ColBERT.encode's token pooling, each case's documents
+POOLS = ((2, 1), (3, 0))
 STANFORD = "stanford"
 # colbert-ai's artifact.metadata keys pylate reads (the rest of the file it ignores)
 STANFORD_METADATA = {"query_token_id": "[unused0]", "doc_token_id": "[unused1]",
@@ -112,8 +115,12 @@ def main(out: Path) -> None:
         scores = np.array([[float(scores_.colbert_scores(torch.from_numpy(x)[None],
                                                          torch.from_numpy(y)[None])[0, 0])
                             for y in d] for x in q], np.float32)
+        # documents pooled (encode's pool_factor, protected_tokens): p{factor}-{protected}-{i}
+        pooled = {f"p{f}-{k}-{i}": x for f, k in POOLS
+                  for i, x in enumerate(model.encode(DOCUMENTS, is_query=False, batch_size=2,
+                                                     pool_factor=f, protected_tokens=k))}
         np.savez(out / f"{case}.npz", scores=scores, **{f"q{i}": x for i, x in enumerate(q)},
-                 **{f"d{i}": x for i, x in enumerate(d)})
+                 **{f"d{i}": x for i, x in enumerate(d)}, **pooled)
 
 
 if __name__ == "__main__":

@@ -216,6 +216,12 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in (
               Flag(negatable=True)),
         Param("normalize", boolean(), True, "Unit-length token vectors (PyLate's default).",
               Flag(negatable=True)),
+        # PyLate's encode(pool_factor=, protected_tokens=): a document's token vectors merged
+        # by hierarchical clustering (scipy, the colbert extra) to 1/pool_factor of them
+        Param("pool_factor", integer(1, lambda pipe: pipe.max_length, example=2), 1,
+              "Documents: pool token vectors to 1/k of them (PyLate's; 1: none)."),
+        Param("protected_tokens", integer(0, lambda pipe: pipe.max_length, example=1), 1,
+              "Documents: leading tokens kept out of pooling (PyLate's; 1: [CLS])."),
         # {"query", "documents"} inputs are ranked by MaxSim (TEI's /rerank, Cohere's and
         # `bertonnx rerank` on this export): text-ranking's two options, there only
         Param("top_k", integer(1, MAX_TOP_K, none=True, example=10), None,

@@ -1,11 +1,13 @@
 """POST /embed_multi: ColBERT token vectors (the multi-vector task), in TEI's style:
 
     POST /embed_multi   multi-vector   {"inputs": str | [str], "is_query"?: false,
-                                        "normalize"?: true, "encoding_format"?: "float"}
+                                        "normalize"?: true, "pool_factor"?: 1,
+                                        "protected_tokens"?: 1, "encoding_format"?: "float"}
                                         -> [[[float]]]: per text, its kept tokens' vectors
 
-`is_query` and `normalize` are the task's parameters (runtime/core/tasks.py: a document unless
-is_query, unit vectors by default); texts are cut at the model's query or document length as
+`is_query`, `normalize`, `pool_factor` and `protected_tokens` are the task's parameters
+(runtime/core/tasks.py: a document unless is_query, unit vectors by default, a document's tokens
+pooled as PyLate's encode pools them with a pool_factor past 1); texts are cut at the model's query or document length as
 PyLate cuts them (pipelines/multi_vector.py). A text's (tokens × dim) floats are many: with
 `encoding_format` "base64" (OpenAI's embeddings option) each text is instead one string, the
 base64 of its vectors as little-endian float32, row after row — (tokens × dim) × 4 bytes, a
@@ -42,7 +44,8 @@ def encoded(vectors: np.ndarray, encoding_format: str):
 
 class EmbedMultiWire(TeiWire):
     name = "tei-embed-multi"
-    FIELDS = frozenset({"inputs", "is_query", "normalize", "encoding_format"})
+    FIELDS = frozenset({"inputs", "is_query", "normalize", "pool_factor", "protected_tokens",
+                        "encoding_format"})
 
     def parse(self, state, request, body: bytes) -> Call:
         check_served(self.endpoint, state)
@@ -53,7 +56,9 @@ class EmbedMultiWire(TeiWire):
             raise invalid(f"`encoding_format` must be one of {', '.join(FORMATS)}, got "
                           f"{str(encoding_format)[:40]!r}", "encoding_format")
         params = {"is_query": read_bool(data, "is_query", False),
-                  "normalize": read_bool(data, "normalize", True)}
+                  "normalize": read_bool(data, "normalize", True),
+                  # judged by the task's rules, as every call's parameters
+                  **{k: data[k] for k in ("pool_factor", "protected_tokens") if k in data}}
         return Call(Parsed(texts, False, params), encoding_format)
 
     def respond(self, answer, call: Call, work):
@@ -67,6 +72,8 @@ def embed_multi_request(state) -> dict:
         "inputs": texts_schema(state),
         "is_query": param_schema(params["is_query"], state.pipeline, default=False),
         "normalize": param_schema(params["normalize"], state.pipeline, default=True),
+        **{k: param_schema(params[k], state.pipeline) for k in ("pool_factor",
+                                                               "protected_tokens")},
         "encoding_format": {"type": "string", "enum": list(FORMATS), "default": "float",
                             "description": "float: nested lists; base64: per text, its "
                                            "little-endian float32 vectors, row after row."}},

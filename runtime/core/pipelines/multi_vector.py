@@ -26,7 +26,7 @@ import numpy as np
 
 from ..colbert import ColbertSettings
 from ..batches import micro_batches
-from ..errors import ArtifactError
+from ..errors import ArtifactError, InputError
 from ..postprocess import l2_normalize
 from ..sentence_modules import load_dense
 from ..tensors import BYTES, N, TaskTensors, Tensor, texts
@@ -41,6 +41,32 @@ def _to_tensors(results: list) -> dict[str, np.ndarray]:
     """/v2: each text's (tokens, dim) vectors as one JSON string (their number varies)."""
     return {"embeddings": np.array([json.dumps(np.asarray(r).tolist()) for r in results],
                                    np.object_)}
+
+
+def pool_tokens(vectors: np.ndarray, pool_factor: int, protected: int) -> np.ndarray:
+    """PyLate's `pool_embeddings_hierarchical` on one document: the tokens after the first
+    `protected` clustered by Ward linkage on cosine distance (scipy's, as PyLate calls it) into
+    len // pool_factor clusters, each replaced by its mean (not renormalized), after the
+    protected ones."""
+    try:  # lazy: scipy is the colbert extra's, needed only to pool
+        from scipy.cluster import hierarchy
+    except ImportError:
+        raise InputError("pool_factor needs scipy (PyLate's hierarchical clustering)",
+                         "pip install 'bertonnx[colbert]', or leave pool_factor at 1") from None
+    keep, rest = vectors[:protected], vectors[protected:]
+    n = len(rest)
+    k = max(n // pool_factor, 1)
+    if k >= n:   # nothing to merge
+        return vectors
+    distance = 1 - rest @ rest.T
+    tree = hierarchy.linkage(distance[np.triu_indices(n, k=1)], method="ward")
+    labels = hierarchy.fcluster(tree, t=k, criterion="maxclust") - 1
+    sums = np.zeros((k, rest.shape[1]), rest.dtype)
+    np.add.at(sums, labels, rest)
+    counts = np.bincount(labels, minlength=k)
+    # fcluster may make fewer than k clusters: the empty ones are left out, as PyLate does
+    pooled = sums[counts > 0] / counts[counts > 0, None].astype(rest.dtype)
+    return np.ascontiguousarray(np.concatenate([keep, pooled]), np.float32)
 
 
 def maxsim(query: np.ndarray, documents: list[np.ndarray]) -> np.ndarray:
@@ -192,15 +218,18 @@ class MultiVectorPipeline(Pipeline):
             x = m.project(x)
         return l2_normalize(x) if normalize else x
 
-    def predict(self, read: Inputs, is_query, normalize, top_k, return_documents, batch_size):
+    def predict(self, read: Inputs, is_query, normalize, pool_factor, protected_tokens,
+                top_k, return_documents, batch_size):
         # texts are encoded; rankings (a bulk chunk may hold both) have every query in one
         # call and every document in another
         records = read.records
         ranks = [r for r in records if isinstance(r, RankInput)]
         texts = [r for r in records if not isinstance(r, RankInput)]
-        vectors = iter(self.embed(texts, is_query, normalize, batch_size) if texts else ())
+        pool = (pool_factor, protected_tokens)
+        vectors = iter(self.embed(texts, is_query, normalize, batch_size, pool) if texts else ())
         queries = self.embed([r.query for r in ranks], True, normalize, batch_size)
-        docs = self.embed([d for r in ranks for d in r.documents], False, normalize, batch_size)
+        docs = self.embed([d for r in ranks for d in r.documents], False, normalize, batch_size,
+                          pool)
         ranked, start = [], 0
         for r, q in zip(ranks, queries):
             scores = maxsim(q, docs[start:start + len(r.documents)])
@@ -214,8 +243,9 @@ class MultiVectorPipeline(Pipeline):
                             for r in records], read)
 
     def embed(self, texts: list[str], is_query: bool, normalize: bool,
-              batch_size: int | None) -> list[np.ndarray]:
-        """Each text's kept token vectors, (tokens, dim)."""
+              batch_size: int | None, pool: tuple[int, int] = (1, 1)) -> list[np.ndarray]:
+        """Each text's kept token vectors, (tokens, dim); a document's pooled by `pool`
+        (pool_factor, protected_tokens) as PyLate's encode pools them."""
         rows = self.rows(texts, is_query)
         size = self.batch_size if batch_size is None else batch_size
         tokens = self.batch_tokens or self.session.config.batch_tokens
@@ -246,6 +276,8 @@ class MultiVectorPipeline(Pipeline):
                 if only is not None:
                     keep &= np.isin(ids, only)
                 results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
+        if pool[0] > 1 and not is_query:
+            results = [pool_tokens(v, *pool) for v in results]
         return results
 
 

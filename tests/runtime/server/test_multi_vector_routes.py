@@ -50,12 +50,24 @@ def test_embed_multi_is_the_library_s_token_vectors(url, colbert, is_query):
                                atol=1e-5, rtol=1e-6)
 
 
+def test_embed_multi_pools_documents_as_the_library(url, colbert):
+    pytest.importorskip("scipy")
+    want = colbert(TEXTS, pool_factor=2, protected_tokens=1)
+    got = post(url, {"inputs": TEXTS, "pool_factor": 2, "protected_tokens": 1})
+    assert got.status_code == 200
+    assert [np.asarray(v).shape for v in got.json()] == [w.shape for w in want]
+    for v, w in zip(got.json(), want):
+        np.testing.assert_allclose(v, w, atol=1e-6, rtol=0)
+    assert len(want[0]) < len(colbert(TEXTS[0])[0])
+
+
 def test_embed_multi_refusals(url):
     refusal(post(url, {"inputs": []}), 400, "Empty", "`inputs` cannot be empty")
     refusal(post(url, {"inputs": "a", "is_query": "yes"}), 422, "Validation", "`is_query`")
     refusal(post(url, {"inputs": "a", "encoding_format": "int8"}), 422, "Validation",
             "`encoding_format` must be one of float, base64")
     refusal(post(url, {"inputs": "a", "pooling": "mean"}), 422, "Validation", "pooling")
+    refusal(post(url, {"inputs": "a", "pool_factor": 0}), 422, "Validation", "pool_factor")
     refusal(httpx.post(url + "/embed", json={"inputs": "a"}, timeout=30), 404, "Backend",
             "multi-vector export")
 

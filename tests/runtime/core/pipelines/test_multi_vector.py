@@ -15,7 +15,7 @@ from bertonnx.runtime import load
 from bertonnx.runtime.core.errors import ConfigError
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
-from tests.colbert_reference import CASES, DOCUMENTS, QUERIES, STANFORD
+from tests.colbert_reference import CASES, DOCUMENTS, POOLS, QUERIES, STANFORD
 from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
     ATOL, assert_token_vectors, colbert_export, colbert_references, export_json,
     reference_outputs)
@@ -104,3 +104,34 @@ def test_a_length_past_the_model_s_is_cut_to_fit_it(tiny_export):
     for got, want in zip(past, [pipe([long_text], is_query=q)[0] for q in (False, True)]):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", ["plain", "attend", STANFORD])
+def test_pooled_documents_equal_pylates(case, colbert_references, colbert_export):
+    # encode(pool_factor=k, protected_tokens=p): Ward clustering of the token vectors, each
+    # cluster's mean; the same number of vectors as PyLate's and each within 1e-4
+    pytest.importorskip("scipy")
+    pipe = load(colbert_export(case))
+    ref = reference_outputs(colbert_references, case)
+    for factor, protected in POOLS:
+        for batch_size in (1, 3):
+            got = pipe(DOCUMENTS, pool_factor=factor, protected_tokens=protected,
+                       batch_size=batch_size)
+            for i, vectors in enumerate(got):
+                want = ref[f"p{factor}-{protected}-{i}"]
+                assert vectors.shape == want.shape, (factor, protected, i)
+                assert len(want) < len(ref[f"d{i}"])   # pooled: fewer than the document's
+                np.testing.assert_allclose(vectors, want, atol=ATOL, rtol=0)
+    # queries are never pooled (PyLate pools documents only)
+    queries = pipe(QUERIES, is_query=True, pool_factor=2)
+    assert [q.shape for q in queries] == [ref[f"q{i}"].shape for i in range(len(QUERIES))]
+
+
+def test_pooling_without_scipy_is_one_line(tiny_export):
+    from tests.conftest import cli_without
+
+    done = cli_without(("scipy",), "embed-multi", str(tiny_export("multi-vector")),
+                       "the cat sat on the mat", "--pool-factor", "2")
+    assert done.returncode != 0
+    assert "pool_factor needs scipy" in done.stderr and "bertonnx[colbert]" in done.stderr
+    assert "Traceback" not in done.stderr
