@@ -42,7 +42,8 @@ ST_MODEL_TYPE = "MultiVectorEncoder"   # ... sentence-transformers 6's
 # artifact.metadata (pylate 1.6 models/colbert.py: ColBERT.__init__, Dense.from_stanford_weights)
 STANFORD_ARCHITECTURE = "HF_ColBERT"
 STANFORD_METADATA = "artifact.metadata"
-STANFORD_WEIGHTS = "model.safetensors"
+# its weights: safetensors, or a .bin that only export reads (weights only, with torch)
+STANFORD_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 STANFORD_KEYS = ("linear.weight",)   # the projection: carried as a Dense module, not the graph
 # the manifest's record; newer ones are refused (2: the MultiVectorEncoder fields)
 RECORD_VERSION = 2
@@ -146,20 +147,30 @@ def read_stanford(path: str | Path) -> ColbertSettings:
     attended to from artifact.metadata where it names them ([unused0] / [unused1] and PyLate's
     defaults where not); PyLate's skiplist and expansion."""
     path = Path(path)
-    weights = path / STANFORD_WEIGHTS
-    if not weights.is_file():
-        raise ArtifactError(f"{path} has no {STANFORD_WEIGHTS} (a Stanford ColBERT saved as "
-                            "pytorch_model.bin only?)", "load it with pylate "
-                            "(models.ColBERT(PATH)), save it again, and export that folder")
-    shape = safetensors_shapes(weights).get(STANFORD_KEYS[0])
+    weights = next((path / n for n in STANFORD_WEIGHTS if (path / n).is_file()), None)
+    if weights is None:
+        raise ArtifactError(f"{path} has no {' or '.join(STANFORD_WEIGHTS)}",
+                            "restore the checkpoint's weights")
+    meta = (read_json_object(path / STANFORD_METADATA, "restore the file")
+            if (path / STANFORD_METADATA).is_file() else {})
+    if weights.suffix == ".bin":
+        # a .bin is never opened by the runtime: the projection's shape is what the checkpoint
+        # says (artifact.metadata's dim, config.json's hidden_size); export reads the tensor
+        # (weights only, with torch) and checks it against this shape
+        hidden = read_json_object(path / "config.json", "restore the file").get("hidden_size")
+        shape = [meta.get("dim"), hidden]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+            raise ArtifactError(f"{path} keeps its weights in {weights.name} and its "
+                                f"{STANFORD_METADATA} names no dim", "restore artifact.metadata, "
+                                "or load it with pylate, save it again and export that folder")
+    else:
+        shape = safetensors_shapes(weights).get(STANFORD_KEYS[0])
     if shape is None or len(shape) != 2:
         raise ArtifactError(f"{weights} holds no 2-D {STANFORD_KEYS[0]}, the projection a "
                             "Stanford ColBERT keeps beside its encoder", "restore the file")
     dense = Dense(in_features=shape[1], out_features=shape[0], bias=False,
-                  activation_function="Identity", weights=STANFORD_WEIGHTS,
+                  activation_function="Identity", weights=weights.name,
                   module_input_name=TOKENS, module_output_name=TOKENS)
-    meta = (read_json_object(path / STANFORD_METADATA, "restore the file")
-            if (path / STANFORD_METADATA).is_file() else {})
     known = {k: meta[m] for k, m in (("query_length", "query_maxlen"),
                                      ("document_length", "doc_maxlen"),
                                      ("attend_to_expansion_tokens", "attend_to_mask_tokens"))

@@ -7,12 +7,13 @@ are padded; MaxSim scores as pylate's `colbert_scores`. A Stanford (colbert-ai) 
 pylate loads as it is, exports as it is too."""
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pytest
 
 from bertonnx.runtime import load
-from bertonnx.runtime.core.errors import ConfigError
+from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import CASES, DOCUMENTS, POOLS, QUERIES, STANFORD
@@ -75,6 +76,32 @@ def test_a_stanford_checkpoint_exports_as_multi_vector_with_its_metadata(colbert
     assert [(m["in_features"], m["out_features"], m["bias"], m["weights"])
             for m in record["modules"]] == [(32, 16, False, "1_Dense/model.safetensors")]
     assert "1_Dense/model.safetensors" in manifest["files"]
+
+
+def test_a_stanford_checkpoint_saved_as_pytorch_model_bin_exports_too(colbert_references,
+                                                                      tmp_path):
+    """The same checkpoint with its weights as colbert-ai's older releases save them (a torch
+    pickle, read at export with weights_only): PyLate's vectors for the safetensors copy."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from bertonnx.export import ExportOptions, export_model  # torch: lazy
+
+    folder = tmp_path / "stanford-bin"
+    shutil.copytree(colbert_references / STANFORD, folder)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    export_model(folder, "multi-vector", tmp_path / "out", ExportOptions(parity=False))
+    assert_token_vectors(load(tmp_path / "out"),
+                         reference_outputs(colbert_references, STANFORD), STANFORD)
+    # without artifact.metadata's dim the projection's shape is unknown before export reads it
+    meta = json.loads((folder / "artifact.metadata").read_text())
+    del meta["dim"]
+    (folder / "artifact.metadata").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="names no dim"):
+        export_model(folder, "multi-vector", tmp_path / "again", ExportOptions(parity=False))
 
 
 def test_a_folder_that_is_not_colbert_is_refused_in_one_line(tiny_checkpoint, tmp_path):
