@@ -11,7 +11,7 @@ BGEM3FlagModel(OUT/model, use_fp16=False).encode(TEXTS, return_dense=True, retur
 return_colbert_vecs=True, batch_size=BATCH_SIZE) — dense (len(TEXTS), H), colbert<i>
 (tokens - 1, H), sparse_ids<i> / sparse_values<i> (each lexical_weights dict, ids ascending), and
 its compute_lexical_matching_score and colbert_score of every pair of texts (lexical_scores,
-colbert_scores).
+colbert_scores), and compute_score of PAIRS under each of SCORE_WEIGHTS ("compute_score KEY").
 torch and FlagEmbedding are imported in main() only, so the tests read TEXTS from the suite's
 environment.
 """
@@ -27,6 +27,10 @@ TEXTS = ["Paris is the capital of France.", "dog", "the dog sat on the mat, the 
          "北京欢迎你 ☃ 🙂 ¿", "The quick brown fox jumps over the lazy dog. " * 6, "Hello, world!"]
 BATCH_SIZE = 4
 MAX_LENGTH = 40
+# compute_score's (query, passage) pairs, and its weights (None: its default 1, 1, 1)
+PAIRS = [(TEXTS[0], TEXTS[4]), (TEXTS[1], TEXTS[2]), (TEXTS[2], TEXTS[1]), (TEXTS[5], TEXTS[3])]
+SCORE_WEIGHTS = (None, [0.4, 0.2, 0.4])
+SCORE_KEYS = ("dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense")
 
 
 def main(out: Path) -> None:
@@ -58,6 +62,14 @@ def main(out: Path) -> None:
     arrays["colbert_scores"] = np.array([[float(model.colbert_score(q, p))
                                           for p in got["colbert_vecs"]]
                                          for q in got["colbert_vecs"]], np.float32)
+    # compute_score, each pair alone (batch_size 1: its batches pad passages with zero colbert
+    # vectors), with the default weights and with others: SCORE_KEYS, as (weights, pair) arrays
+    scores = [[model.compute_score(pair, batch_size=1, max_query_length=MAX_LENGTH,
+                                   max_passage_length=MAX_LENGTH,
+                                   weights_for_different_modes=w) for pair in PAIRS]
+              for w in SCORE_WEIGHTS]
+    for key in SCORE_KEYS:
+        arrays[f"compute_score {key}"] = np.array([[s[key] for s in row] for row in scores])
     np.savez(out / "outputs.npz", **arrays)
 
 

@@ -128,6 +128,42 @@ class BgeM3Pipeline(Pipeline):
     compute_lexical_matching_score = staticmethod(lexical_matching_score)
     colbert_score = staticmethod(colbert_score)
 
+    def compute_score(self, sentence_pairs, batch_size: int | None = None,
+                      max_query_length: int | None = None,
+                      max_passage_length: int | None = None,
+                      weights_for_different_modes: list[float] | None = None) -> dict | list:
+        """BGEM3FlagModel.compute_score: each (query, passage) pair's "dense", "sparse" and
+        "colbert" scores and their weighted means "sparse+dense" and "colbert+sparse+dense"
+        (weights for dense, sparse, colbert; 1, 1, 1 unless given), a list per key (one pair:
+        one float). Each pair is scored alone: FlagEmbedding's batches pad passages with zero
+        colbert vectors that a query token whose real matches are all negative takes as its
+        best (0), so there its colbert score depends on the pair's batch."""
+        if len(sentence_pairs) == 0:   # FlagEmbedding's answer to no pairs
+            return []
+        one = len(sentence_pairs) == 2 and all(isinstance(t, str) for t in sentence_pairs)
+        pairs = [tuple(sentence_pairs)] if one else [tuple(p) for p in sentence_pairs]
+        if any(len(p) != 2 or not all(isinstance(t, str) for t in p) for p in pairs):
+            raise InputError("sentence_pairs must be (query, passage) pairs of texts",
+                             'pass [("a query", "a passage"), ...]')
+        weights = [1.0, 1.0, 1.0] if weights_for_different_modes is None else [
+            float(w) for w in weights_for_different_modes]
+        if len(weights) != 3:
+            raise InputError("weights_for_different_modes takes 3 weights (dense, sparse, "
+                             f"colbert), got {len(weights)}", "pass e.g. [0.4, 0.2, 0.4]")
+        q = self([a for a, _ in pairs], max_length=max_query_length, batch_size=batch_size)
+        p = self([b for _, b in pairs], max_length=max_passage_length, batch_size=batch_size)
+        s = {"dense": [float(x["dense_vecs"] @ y["dense_vecs"]) for x, y in zip(q, p)],
+             "sparse": [float(lexical_matching_score(x["lexical_weights"], y["lexical_weights"]))
+                        for x, y in zip(q, p)],
+             "colbert": [colbert_score(x["colbert_vecs"], y["colbert_vecs"])
+                         for x, y in zip(q, p)]}
+        w_dense, w_sparse, w_colbert = weights
+        s["sparse+dense"] = [(b * w_sparse + a * w_dense) / (w_sparse + w_dense)
+                             for a, b in zip(s["dense"], s["sparse"])]
+        s["colbert+sparse+dense"] = [(c * w_colbert + b * w_sparse + a * w_dense) / sum(weights)
+                                     for a, b, c in zip(s["dense"], s["sparse"], s["colbert"])]
+        return {k: v[0] for k, v in s.items()} if one else s
+
     def cut(self, max_length: int | None) -> int:
         """Tokens per text: `max_length`, else encode's 512, within the model's length."""
         return min(DEFAULT_MAX_LENGTH if max_length is None else max_length, self.max_length)

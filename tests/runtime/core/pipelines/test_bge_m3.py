@@ -14,7 +14,7 @@ import pytest
 from bertonnx.runtime import load
 from bertonnx.runtime.core.errors import ConfigError, InputError
 
-from tests.bge_m3_reference import MAX_LENGTH, TEXTS
+from tests.bge_m3_reference import MAX_LENGTH, PAIRS, SCORE_KEYS, SCORE_WEIGHTS, TEXTS
 from tests.references import REFERENCES
 
 ATOL = 1e-4
@@ -79,6 +79,28 @@ def test_score_helpers_equal_flagembeddings(m3_reference, m3_export):
                                ref["colbert_scores"], atol=ATOL, rtol=0)
     with pytest.raises(InputError, match="one text's lexical weights on each side"):
         pipe.compute_lexical_matching_score(lexical, lexical[0])
+
+
+def test_compute_score_equals_flagembeddings(m3_reference, m3_export):
+    with np.load(m3_reference / "outputs.npz") as data:
+        ref = {k: data[k] for k in data.files}
+    pipe = load(m3_export)
+    for w, weights in enumerate(SCORE_WEIGHTS):
+        got = pipe.compute_score(PAIRS, max_query_length=MAX_LENGTH,
+                                 max_passage_length=MAX_LENGTH,
+                                 weights_for_different_modes=weights)
+        assert set(got) == set(SCORE_KEYS)
+        for key in SCORE_KEYS:
+            np.testing.assert_allclose(got[key], ref[f"compute_score {key}"][w], atol=ATOL,
+                                       rtol=0)
+    one = pipe.compute_score(PAIRS[0], max_query_length=MAX_LENGTH,
+                             max_passage_length=MAX_LENGTH)   # one pair: one float per key
+    assert one["dense"] == pytest.approx(float(ref["compute_score dense"][0][0]), abs=ATOL)
+    assert pipe.compute_score([]) == []
+    with pytest.raises(InputError, match="3 weights"):
+        pipe.compute_score(PAIRS, weights_for_different_modes=[1, 1])
+    with pytest.raises(InputError, match="pairs of texts"):
+        pipe.compute_score([("a", "b", "c")])
 
 
 def test_outputs_asked_for_and_normalize(m3_export):
