@@ -7,9 +7,8 @@ killed with SIGKILL to show it leaves no stub process and no shared memory behin
 compared with the library's own (the pipeline in this process, converted by the same `tensors`
 declaration bertonnx's /v2 route uses) within 1e-6: Triton merges requests into one call, and a
 merged batch may differ from a lone one by ~1e-7. Every wait has a guard; none is a figure.
-
-Triton 2.51's Python stub needs numpy < 2, so it runs in `make setup`'s .venv/triton-stub when
-the suite's own Python has numpy 2 (runtime/triton/launch.py says why).
+Triton 2.51's Python stub needs numpy < 2: it runs in `make setup`'s .venv/triton-stub when the
+suite's Python has numpy 2 (runtime/triton/launch.py says why).
 """
 from __future__ import annotations
 
@@ -232,14 +231,16 @@ def test_metadata_is_the_tasks_tensors(http, grpc, ours, task):
 
 # -- batching, errors ---------------------------------------------------------------------------
 
-def _metric(server, name: str, model: str) -> float:
-    url = f"http://127.0.0.1:{server.ports.metrics}/metrics"
-    with urllib.request.urlopen(url, timeout=GUARD_S) as r:
-        text = r.read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + "{") and f'model="{model}"' in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def _metric(server, name: str, model: str, least: float = 0.0) -> float:
+    """A counter, read until ≥ `least`: a backend reports statistics after it responds."""
+    url, deadline = f"http://127.0.0.1:{server.ports.metrics}/metrics", time.monotonic() + GUARD_S
+    while True:
+        with urllib.request.urlopen(url, timeout=GUARD_S) as r:
+            value = next((float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                          if line.startswith(name + "{") and f'model="{model}"' in line), 0.0)
+        if value >= least or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
 
 
 def test_concurrent_clients_are_merged(server, ours):
@@ -274,17 +275,8 @@ def test_concurrent_clients_are_merged(server, ours):
     assert [g[0] for g in got] == list(want["label"])
     np.testing.assert_allclose([float(g[1].reshape(-1)[0]) for g in got], want["score"],
                                rtol=0, atol=1e-6)
-    # a Triton backend sends a batch's responses, then reports each request's statistics and
-    # then the batch's (TRITONBACKEND_ModelInstanceReportStatistics / ReportBatchStatistics), so
-    # a client can hold its answer before the counters include it: they are read until they
-    # count all 32 requests and an execution (neither can pass what ran), within the guard
-    deadline = time.monotonic() + GUARD_S
-    while ((_metric(server, "nv_inference_count", MERGING) - count < 32
-            or _metric(server, "nv_inference_exec_count", MERGING) - execs < 1)
-           and time.monotonic() < deadline):
-        time.sleep(0.05)
-    assert _metric(server, "nv_inference_count", MERGING) - count == 32
-    assert 1 <= _metric(server, "nv_inference_exec_count", MERGING) - execs < 32
+    assert _metric(server, "nv_inference_count", MERGING, count + 32) - count == 32
+    assert 1 <= _metric(server, "nv_inference_exec_count", MERGING, execs + 1) - execs < 32
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
@@ -299,8 +291,7 @@ def test_bad_requests_get_triton_errors_and_the_server_keeps_serving(http, grpc,
         ("fill-mask", {"text": ["the [MASK] sat on the [MASK]"]}, {}, "2 [MASK] tokens"),
         ("question-answering", {"question": ["what ?"]}, {},   # Triton's own check
          "missing required input(s) ['context']"),
-        ("feature-extraction", {"text": ["a cat"]}, {"pooling": "none"}, "pooling"),
-    ]
+        ("feature-extraction", {"text": ["a cat"]}, {"pooling": "none"}, "pooling")]
     for model, inputs, params, message in bad:
         with pytest.raises(InferenceServerException) as e:
             client.infer(model, request(module, inputs), parameters=params or None)
