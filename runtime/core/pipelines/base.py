@@ -4,9 +4,9 @@ A pipeline is built from an `ExportFolder` (folder.py: manifest verified, config
 tokenizer) and a `Session` (runtime/core/session.py). The base owns the loop every task runs:
 
     read_inputs -> records -> encode (long inputs: windows, each with its owner) ->
-    length-sorted micro-batches padded on the RIGHT to the longest member (onnxruntime's
-    fused Attention assumes right padding) -> session -> each row written back to its
-    encoding's position -> per-input post-processing -> unwrap
+    length-sorted micro-batches padded on the RIGHT (onnxruntime's fused Attention assumes
+    right padding) to the engine's width for the longest member (`batches`) -> session ->
+    each row written back to its encoding's position -> per-input post-processing -> unwrap
 
 The call's keyword arguments are the task record's (tasks.py): `__call__` checks them by their
 rules, fills in their defaults and hands the read inputs to the subclass's `predict`. Subclasses
@@ -196,8 +196,7 @@ class Pipeline:
 
     @classmethod
     def folder_defaults(cls, path: Path) -> dict:
-        """The defaults a model folder chooses for the task's parameters, which its export
-        records (Manifest.defaults): none here."""
+        """A model folder's own defaults for the task's parameters (Manifest.defaults): none."""
         return {}
 
     def predict(self, read: Inputs, **params):
@@ -322,8 +321,7 @@ class Pipeline:
         ~200 MB) though truncation keeps max_length tokens. Pre-tokenization is local, so the
         words wholly inside a prefix tokenize as in the whole text: once they give more than
         max_length tokens, the prefix truncates the same. The prefix doubles until then (a text
-        of characters the tokenizer drops ends up whole).
-        """
+        of characters the tokenizer drops ends up whole)."""
         cut = self.max_length if cut is None else cut
         n = 16 * cut
         left = direction == "left"
@@ -351,14 +349,17 @@ class Pipeline:
 
     # -- running -----------------------------------------------------------------------
 
-    def run(self, encodings: list, batch_size: int | None = None
-            ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+    def batches(self, encodings: list, batch_size: int | None = None) -> Iterator[Batch]:
+        """`encodings` as length-sorted micro-batches sized and padded for this engine."""
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         check_batch_size(size, "batch_size=32")
-        tokens = self.batch_tokens or self.session.config.batch_tokens
-        for batch in micro_batches(encodings, size, self.tokenizer.pad_token_id, tokens,
-                                   self.batch_rows, self.session.config.pad_multiple,
-                                   self.max_length):
+        cfg = self.session.config   # the engine's tokens per call and width multiple
+        return micro_batches(encodings, size, self.tokenizer.pad_token_id, self.batch_tokens
+                             or cfg.batch_tokens, self.batch_rows, cfg.pad_multiple, self.max_length)
+
+    def run(self, encodings: list, batch_size: int | None = None
+            ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+        for batch in self.batches(encodings, batch_size):
             feeds = batch.feeds()
             if not self._token_types:
                 # the family takes none (RoBERTa, XLM-R): transformers never passes them and

@@ -25,7 +25,6 @@ import json
 import numpy as np
 
 from ..colbert import ColbertSettings
-from ..batches import micro_batches
 from ..errors import ArtifactError, InputError
 from ..postprocess import l2_normalize
 from ..sentence_modules import load_dense
@@ -247,8 +246,6 @@ class MultiVectorPipeline(Pipeline):
         """Each text's kept token vectors, (tokens, dim); a document's pooled by `pool`
         (pool_factor, protected_tokens) as PyLate's encode pools them."""
         rows = self.rows(texts, is_query)
-        size = self.batch_size if batch_size is None else batch_size
-        tokens = self.batch_tokens or self.session.config.batch_tokens
         results: list = [None] * len(rows)
         s = self.settings
         # every query token, the expansion's included (PyLate's; MultiVectorMask's), or those
@@ -257,10 +254,7 @@ class MultiVectorPipeline(Pipeline):
         skip = ("query" if is_query else "document") in s.skiplist_tasks and len(self._skip)
         only = (None if is_query or s.keep_only_token_ids is None
                 else np.array(s.keep_only_token_ids, np.int64))
-        # the pipelines' one batch builder: length-sorted, capped at the engine's tokens per call
-        for batch in micro_batches([_Row(ids) for ids, _ in rows], size,
-                                   self.tokenizer.pad_token_id, tokens, self.batch_rows,
-                                   self.session.config.pad_multiple, self.max_length):
+        for batch in self.batches([_Row(ids) for ids, _ in rows], batch_size):
             mask = batch.attention_mask
             for r, i in enumerate(batch.index):   # [MASK] expansion: attended or not
                 mask[r, rows[i][1]:] = 0
