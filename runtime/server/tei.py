@@ -202,15 +202,15 @@ def refuse_long(pipe, texts: list, pairs: list | None = None, limit: int | None 
     off: `limit`, by default `kept_tokens` (the model's length, BGE-M3's 512, a ColBERT's
     document length); `field` names the request's field in the message."""
     limit = pipe.kept_tokens if limit is None else limit
-    encs = (pipe.encode(list(texts), pairs, warn=False) if limit == pipe.max_length
-            else pipe.backend(limit).encode_batch(list(texts)))
-    for i, e in enumerate(encs):
-        if e.overflowing:
-            whole = (texts[i],) if pairs is None or pairs[i] is None else (texts[i], pairs[i])
-            n = len(pipe.tokenizer.backend.encode(*whole).ids)
-            where = f" (input {i})" if field in ("inputs", "texts") else ""
-            raise invalid(f"{VALIDATION}`{field}` must have less than {limit} tokens. "
-                          f"Given: {n}{where}; shorten it, or send truncate true", field)
+    # the priced encodings are read, not taken: the call that runs the request takes them
+    over = pipe.overflowing(texts, pairs, limit)
+    if over:
+        i = over[0]
+        whole = (texts[i],) if pairs is None or pairs[i] is None else (texts[i], pairs[i])
+        n = len(pipe.tokenizer.backend.encode(*whole).ids)
+        where = f" (input {i})" if field in ("inputs", "texts") else ""
+        raise invalid(f"{VALIDATION}`{field}` must have less than {limit} tokens. "
+                      f"Given: {n}{where}; shorten it, or send truncate true", field)
 
 
 # -- the wires -------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from ..session import Session
 from ..tasks import TASKS, Task
 from ..tensors import TaskTensors
 from .folder import ExportFolder
-from .inputs import Inputs, read_texts
+from .inputs import Inputs, read_texts, row_field
 from .priced import PricedEncodings
 from .windows import Windows
 
@@ -307,6 +307,14 @@ class Pipeline:
                                     lambda at: backend.encode_batch([inputs[i] for i in at]))
         return Windows.of(encs)
 
+    def overflowing(self, texts: list[str], pairs: list | None = None,
+                    max_length: int | None = None) -> list[int]:
+        """The indices of the texts (with `pairs`) cut at the model's length (or `max_length`
+        tokens), read from what `work` priced without taking it from the call to come."""
+        with self._priced.reading():
+            encs = self.encode(list(texts), pairs, warn=False, max_length=max_length)
+        return [i for i, e in enumerate(encs) if e.overflowing]
+
     def warn_truncated(self, encs: list) -> None:
         cut = sum(1 for e in encs if e.overflowing)
         if cut:
@@ -385,14 +393,6 @@ class Pipeline:
             for i, r in zip(batch.index, per_batch(batch, out)):
                 results[i] = r
         return results
-
-
-def row_field(row: Mapping, name: str):
-    """A required field of a table row."""
-    value = row.get(name)
-    if value is None:
-        raise InputError(f'no "{name}" field', f'give every row a "{name}"')
-    return value
 
 
 def unpadded(batch: Batch, array: np.ndarray) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ result, a list gives a list (even of one), in input order.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from ..errors import InputError
 
@@ -108,3 +108,11 @@ def check_text(text, what: str = "text", index: int | None = None) -> None:
         # the tokenizer would fail with an opaque TypeError
         raise InputError(f"{what} holds a lone surrogate U+{ord(text[e.start]):04X} at "
                          f"character {e.start}", "fix the text's encoding", index=index) from e
+
+
+def row_field(row: Mapping, name: str):
+    """A required field of a table row."""
+    value = row.get(name)
+    if value is None:
+        raise InputError(f'no "{name}" field', f'give every row a "{name}"')
+    return value

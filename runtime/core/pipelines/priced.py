@@ -38,20 +38,38 @@ class PricedEncodings:
     @contextmanager
     def pricing(self):
         """Within it, on this thread, what `through` makes is kept for the call to come."""
-        self._local.on = True
+        with self._mode("price"):
+            yield
+
+    @contextmanager
+    def reading(self):
+        """Within it, on this thread, `through` reads kept encodings without taking them and
+        keeps nothing: a check of what was priced (a refusal past a length) leaves them to
+        the call."""
+        with self._mode("read"):
+            yield
+
+    @contextmanager
+    def _mode(self, mode: str):
+        self._local.mode = mode
         try:
             yield
         finally:
-            self._local.on = False
+            self._local.mode = None
 
     def through(self, keys: Sequence[Hashable], make: Callable[[list[int]], list]) -> list:
         """The encodings for `keys`: `make(indices)` encodes those at `indices`. While pricing,
-        all are made and kept; else each kept one is taken and only the rest are made."""
-        if getattr(self._local, "on", False):
+        all are made and kept; else each kept one is taken (read, while `reading`) and only
+        the rest are made."""
+        mode = getattr(self._local, "mode", None)
+        if mode == "price":
             encs = make(list(range(len(keys))))
             self._keep(keys, encs)
             return encs
-        encs = self._take(keys) if self._kept else [None] * len(keys)
+        if not self._kept:
+            encs = [None] * len(keys)
+        else:
+            encs = self._read(keys) if mode == "read" else self._take(keys)
         missing = [i for i, e in enumerate(encs) if e is None]
         if missing:
             for i, e in zip(missing, make(missing)):
@@ -76,6 +94,10 @@ class PricedEncodings:
             while self._tokens > self.limit:
                 _, dropped = self._kept.popitem(last=False)
                 self._tokens -= _tokens(dropped)
+
+    def _read(self, keys) -> list:
+        with self._lock:
+            return [self._kept.get(key) for key in keys]
 
     def _take(self, keys) -> list:
         with self._lock:

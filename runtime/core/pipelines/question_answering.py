@@ -35,9 +35,9 @@ from ..postprocess import (
     word_char_spans,
 )
 from ..tensors import BYTES, FP32, INT64, N, TaskTensors, Tensor, column
-from .base import Pipeline, Work, row_field, unpadded
+from .base import Pipeline, Work, unpadded
 from .windows import Windows
-from .inputs import Inputs, QAInput, check_text
+from .inputs import Inputs, QAInput, check_text, row_field
 
 
 def _from_tensors(tensors: dict, pipe) -> list:

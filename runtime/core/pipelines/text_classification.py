@@ -17,8 +17,8 @@ from ..errors import ConfigError, InputError
 from ..postprocess import classification_scores, default_function
 from ..tasks import FUNCTIONS, LEGACY
 from ..tensors import BYTES, FP32, N, TaskTensors, Tensor, column
-from .base import Pipeline, row_field
-from .inputs import Inputs, TextPair, check_text
+from .base import Pipeline
+from .inputs import Inputs, TextPair, check_text, row_field
 
 
 def _from_tensors(tensors: dict, pipe) -> list:

@@ -31,8 +31,8 @@ from ..cross_encoder import label_count, read_cross_encoder
 from ..errors import ConfigError, InputError
 from ..postprocess import sigmoid
 from ..tensors import BYTES, FP32, N, TaskTensors, Tensor
-from .base import Work, row_field
-from .inputs import Inputs, RankInput, check_text
+from .base import Work
+from .inputs import Inputs, RankInput, check_text, row_field
 from .sentence_folder import SentenceFolderPipeline
 
 # text-ranking's activation_fn (tasks.py ACTIVATIONS) -> the function on float32 logits

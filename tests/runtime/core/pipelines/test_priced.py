@@ -72,6 +72,20 @@ def test_only_what_was_priced_the_same_way_is_taken(tiny_export, monkeypatch):
     assert seen == TEXTS[:1] and len(pipe._priced) == 1
 
 
+def test_a_check_of_what_was_priced_reads_it_and_leaves_it_to_the_call(tiny_export, monkeypatch):
+    # a refusal past a length (TEI's truncate false) reads the priced encodings, not takes them
+    pipe = load(tiny_export(EMB))
+    seen = counted(pipe, monkeypatch)
+    inputs = ["paris", LONG, TEXTS[1]]
+    pipe.work(pipe.read_inputs(inputs))
+    assert pipe.overflowing(inputs) == [1] and len(seen) == 3   # read: nothing encoded again
+    assert len(pipe._priced) == 3
+    assert pipe.overflowing(inputs, max_length=4) == [1, 2]   # another cut: made, kept not
+    assert len(seen) == 6 and len(pipe._priced) == 3
+    pipe(inputs)
+    assert len(seen) == 6 and len(pipe._priced) == 0          # the call took what was priced
+
+
 class Enc:
     def __init__(self, n: int):
         self.ids = [0] * n
