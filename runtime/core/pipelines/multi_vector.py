@@ -42,16 +42,21 @@ def _to_tensors(results: list) -> dict[str, np.ndarray]:
                                    np.object_)}
 
 
-def pool_tokens(vectors: np.ndarray, pool_factor: int, protected: int) -> np.ndarray:
-    """PyLate's `pool_embeddings_hierarchical` on one document: the tokens after the first
-    `protected` clustered by Ward linkage on cosine distance (scipy's, as PyLate calls it) into
-    len // pool_factor clusters, each replaced by its mean (not renormalized), after the
-    protected ones."""
+def clustering():
+    """scipy's hierarchical clustering, which pooling needs (InputError when it is missing)."""
     try:  # lazy: scipy is the colbert extra's, needed only to pool
         from scipy.cluster import hierarchy
     except ImportError:
         raise InputError("pool_factor needs scipy (PyLate's hierarchical clustering)",
                          "pip install 'bertonnx[colbert]', or leave pool_factor at 1") from None
+    return hierarchy
+
+
+def pool_tokens(hierarchy, vectors: np.ndarray, pool_factor: int, protected: int) -> np.ndarray:
+    """PyLate's `pool_embeddings_hierarchical` on one document: the tokens after the first
+    `protected` clustered by Ward linkage on cosine distance (scipy's `hierarchy`, as PyLate
+    calls it) into len // pool_factor clusters, each replaced by its mean (not renormalized),
+    after the protected ones."""
     keep, rest = vectors[:protected], vectors[protected:]
     n = len(rest)
     k = max(n // pool_factor, 1)
@@ -245,6 +250,8 @@ class MultiVectorPipeline(Pipeline):
               batch_size: int | None, pool: tuple[int, int] = (1, 1)) -> list[np.ndarray]:
         """Each text's kept token vectors, (tokens, dim); a document's pooled by `pool`
         (pool_factor, protected_tokens) as PyLate's encode pools them."""
+        pooling = pool[0] > 1 and not is_query
+        hierarchy = clustering() if pooling else None   # refused before the model runs
         rows = self.rows(texts, is_query)
         results: list = [None] * len(rows)
         s = self.settings
@@ -270,8 +277,8 @@ class MultiVectorPipeline(Pipeline):
                 if only is not None:
                     keep &= np.isin(ids, only)
                 results[i] = np.ascontiguousarray(out[r, :n][keep], np.float32)
-        if pool[0] > 1 and not is_query:
-            results = [pool_tokens(v, *pool) for v in results]
+        if pooling:
+            results = [pool_tokens(hierarchy, v, *pool) for v in results]
         return results
 
 
