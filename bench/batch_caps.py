@@ -73,15 +73,22 @@ def parse_caps(text: str | None) -> list[Cap]:
     return caps
 
 
+def _sizes(work: str, calls: int) -> list[int]:
+    """The texts of each call of the work (pairs: each query's documents), whatever the draw."""
+    if work == "pairs":
+        return [100] * max(1, calls // 10)
+    return [16 if i % 3 else 128 for i in range(calls)]
+
+
 def workload(pipe, work: str, calls: int, seed: int = 0):
     """(one call of the work, texts it handles): the calls are drawn once, the same for all."""
-    rng = Random(seed)
+    rng, sizes = Random(seed), _sizes(work, calls)
     if work == "pairs":
-        docs, queries = prose_passages(100), prose_sentences(max(1, calls // 10), 6, 16)
-        return (lambda: [pipe(q, docs, top_k=None) for q in queries]), len(queries) * len(docs)
+        docs, queries = prose_passages(sizes[0]), prose_sentences(len(sizes), 6, 16)
+        return (lambda: [pipe(q, docs, top_k=None) for q in queries]), sum(sizes)
     texts = prose_sentences(512) if work == "sentences" else prose_passages(512)
-    batches = [rng.sample(texts, 16 if i % 3 else 128) for i in range(calls)]
-    return (lambda: [pipe(b) for b in batches]), sum(map(len, batches))
+    batches = [rng.sample(texts, k) for k in sizes]
+    return (lambda: [pipe(b) for b in batches]), sum(sizes)
 
 
 def fresh_workload(pipe, work: str, calls: int):
@@ -92,7 +99,7 @@ def fresh_workload(pipe, work: str, calls: int):
 
     def run():
         workload(pipe, work, calls, seed=next(draws))[0]()
-    return run, workload(pipe, work, calls)[1]   # every draw handles as many texts
+    return run, sum(_sizes(work, calls))   # every draw handles as many texts
 
 
 def _configured(pipe, cap: Cap, run):
