@@ -185,10 +185,13 @@ def bertonnx_label(pipe) -> tuple[str, str]:
     return f"bertonnx {mode}{on}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
 
 
-def bertonnx_engine(kind: str, folder: Path, threads: int) -> Engine:
-    """bertonnx's library call on the task's work (lists in, its own micro-batching)."""
-    pipe = load(folder, threads=threads)
+def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 1) -> Engine:
+    """bertonnx's library call on the task's work (lists in, its own micro-batching);
+    `streams` as `load` takes it (1, its default; "auto", a bulk job's)."""
+    pipe = load(folder, threads=threads, streams=streams)
     name, precision = bertonnx_label(pipe)
+    if pipe.session.config.streams > 1:
+        name += f" ({pipe.session.config.streams} streams)"
     if kind == "embed":
         return Engine(name, e2e=lambda texts: pipe(texts, return_tensors=True),
                       answer=peers.dense_rows, precision=precision)
@@ -216,7 +219,10 @@ def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, 
     found, skipped = peers.st_engines(kind, source, work, threads, options.peers, say)
     folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
                for q in options.precisions]
-    engines = [bertonnx_engine(kind, f, threads) for f in folders] + found
+    engines = [bertonnx_engine(kind, f, threads) for f in folders]
+    # a bulk job's streams, where the engine runs several calls at once (OpenVINO)
+    engines += [e for e in (bertonnx_engine(kind, f, threads, "auto") for f in folders)
+                if "streams)" in e.name] + found
     if "ctranslate2" in options.peers:
         if kind == "embed":
             found, more = peers.ctranslate2_engines(source, work, threads, say)

@@ -14,6 +14,7 @@ import click
 
 from ..cli.commands import (TASK_COMMANDS, cli_parameters, given_options, inference_options,
                             pipeline_kwargs)
+from ..core.bounds import read_streams
 from ..core.pipelines import load
 from ..core.tasks import TASKS
 from ..core.errors import InputError
@@ -144,11 +145,15 @@ def fields_of(items: tuple[str, ...], pair: str | None, pipeline: type) -> dict[
                    "default 1): its address, or auto. Same output. Needs bertonnx[ray].")
 @click.option("--actors", type=click.IntRange(min=1), default=None,
               help="[--ray] Actors (pipelines) [default: the cluster's CPUs // --threads].")
+@click.option("--streams", default="auto", show_default=True, metavar="auto|N",
+              callback=lambda ctx, param, value: read_streams(value),
+              help="Model calls at once, the threads split between them: auto is the engine's "
+                   "choice for throughput (OpenVINO: 2; the CPU provider: 1).")
 @_task_flags
 @click.pass_context
 def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output_path,
         input_format, field_items, pair, chunk_size, on_error, max_errors, resume, force,
-        progress, ray_address, actors, **task_values):
+        progress, ray_address, actors, streams, **task_values):
     """Run the export in DIR over every row of --input into --output, in chunks: committed as
     they go, resumable with --resume, a bad row an error row; on one machine, or with --ray
     on a Ray cluster."""
@@ -159,7 +164,8 @@ def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output
         cluster = RayOptions(ray_address, actors)
     elif actors is not None:
         raise InputError("--actors is an option of --ray", "pass --ray ADDRESS, or leave it out")
-    pipe = load(folder, providers=providers, threads=threads, batch_size=batch_size)
+    pipe = load(folder, providers=providers, threads=threads, batch_size=batch_size,
+                streams=streams)
     params = task_params(ctx, pipe.task, task_values)
     fields = fields_of(field_items, pair, type(pipe))
     summary = run_job(pipe, JobOptions(

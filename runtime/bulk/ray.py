@@ -143,10 +143,11 @@ def materialise(folder: ShippedFolder, root: Path | None = None,
 
 
 def chunk_runner(folder, params: dict | None, fields: Mapping | None, on_error: str,
-                 threads: int | None, providers, batch_size: int | None) -> ChunkRunner:
+                 threads: int | None, providers, batch_size: int | None,
+                 streams: int | str = "auto") -> ChunkRunner:
     """A ChunkRunner on this node's copy of `folder` (what each actor builds once)."""
     pipe = load(folder_on_node(folder), providers=providers, threads=threads,
-                batch_size=batch_size or DEFAULT_BATCH_SIZE)
+                batch_size=batch_size or DEFAULT_BATCH_SIZE, streams=streams)
     return ChunkRunner(pipe, dict(params or {}), dict(fields or {}), on_error)
 
 
@@ -158,14 +159,15 @@ class Predictor:
     folder: an export folder path on every node, or `ship(path)`. params: the pipeline's
     arguments (top_k, ...). fields: task field -> column ({"text": "review"}); other columns
     pass through untouched, an `id` column among them. threads: onnxruntime threads per actor
-    (give the actor as many CPUs: `num_cpus=`). on_error "fail" raises on a bad row instead.
+    (give the actor as many CPUs: `num_cpus=`); streams: its calls at once, as `load`'s
+    ("auto", a batch job's). on_error "fail" raises on a bad row instead.
     """
 
     def __init__(self, folder, params: dict | None = None, fields: Mapping | None = None, *,
                  threads: int | None = 1, providers=None, batch_size: int | None = None,
-                 on_error: str = "row"):
+                 on_error: str = "row", streams: int | str = "auto"):
         self.runner = chunk_runner(folder, params, fields, on_error, threads, providers,
-                                   batch_size)
+                                   batch_size, streams)
         self.vector = self.runner.pipeline.spec.vector_output
         id_column = dict(fields or {}).get(ID, ID)
         # the id column is the user's to carry: not read, so no row fails on its type

@@ -138,12 +138,12 @@ class _JobWorker:
     """A Ray Data actor of the job: one ChunkRunner, error rows always (the driver applies
     --on-error fail in input order, as a local job would)."""
 
-    def __init__(self, folder, params, fields, threads, providers, batch_size):
+    def __init__(self, folder, params, fields, threads, providers, batch_size, streams):
         self.node = ray.get_runtime_context().get_node_id()
         self.failed = None
         try:
             self.runner = chunk_runner(folder, params, fields, "row", threads, providers,
-                                       batch_size)
+                                       batch_size, streams)
         except BertOnnxError as e:
             # raised from the first batch instead: a task's error reaches the driver whole
             # (one line), where an actor that dies in __init__ is restarted again and again
@@ -224,7 +224,8 @@ class RayStream:
             batch_size=o.chunk_size, batch_format="pyarrow", zero_copy_batch=True,
             fn_constructor_kwargs=dict(
                 folder=self.folder, params=o.params, fields=o.fields, threads=self.cpus,
-                providers=pipe.session.config.key, batch_size=pipe.batch_size),
+                providers=pipe.session.config.key, batch_size=pipe.batch_size,
+                streams=pipe.session.config.streams),   # each actor's, within its threads
             compute=ray.data.ActorPoolStrategy(size=self.actors), num_cpus=self.cpus)
         retries = dict(max_restarts=self.cluster.max_restarts,
                        max_task_retries=self.cluster.max_task_retries)

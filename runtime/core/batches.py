@@ -50,9 +50,13 @@ class Padded:
     token_type_ids: np.ndarray
     lengths: np.ndarray
 
-    def feeds(self) -> dict[str, np.ndarray]:
+    def feeds(self, token_types: bool = True) -> dict[str, np.ndarray]:
+        """The graph's inputs; without `token_types`, zeros for them: a family that takes none
+        (RoBERTa, XLM-R) reads zeros in transformers, though a tokenizer's pair template may
+        still number segments."""
+        types = self.token_type_ids if token_types else np.zeros_like(self.token_type_ids)
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids}
+                "token_type_ids": types}
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int, type_ids: Sequence | None = None,

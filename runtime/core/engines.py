@@ -63,13 +63,20 @@ class Engine:
     # 25.7k real tokens/s and 370 against 1,066 MB (docs/engines.md, "Memory"). The CPU
     # provider compiles nothing per shape, so its padding would only be work.
     pad_multiple: int = 1
+    # session calls at once for throughput work (streams="auto": bulk jobs), the threads split
+    # between them (Session.run_each). Small batches use few threads well: on OpenVINO two
+    # streams of one thread ran MiniLM bf16 1.08-1.12x one call on two threads (Xeon with AMX),
+    # but a lone call gets one thread, so latency work (load's default, serve) keeps one
+    # stream per call. The CPU provider measured level (fp32) to 1.06x (int8): one.
+    # docs/engines.md, "Streams".
+    streams: int = 1
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("cpu", "CPUExecutionProvider", ("f32",)),
     Engine("openvino", "OpenVINOExecutionProvider", ("f32", "bf16"), extra="openvino",
            plugin="onnxruntime_ep_openvino", install="pip install 'bertonnx[openvino]'",
-           batch_tokens=2048, pad_multiple=16),
+           batch_tokens=2048, pad_multiple=16, streams=2),
     Engine("cuda", "CUDAExecutionProvider", ("f32",), install="pip install onnxruntime-gpu"),
     Engine("tensorrt", "TensorrtExecutionProvider", ("f32",),
            install="pip install onnxruntime-gpu tensorrt"),
@@ -107,6 +114,13 @@ class Choice:
     def pad_multiple(self) -> int:
         row = ENGINES.get(self.engine)
         return row.pad_multiple if row is not None else 1
+
+    def streams(self, asked: int | str, threads: int | None) -> int:
+        """Session calls at once: as `asked` ("auto": the engine's for throughput work), one
+        thread each at least."""
+        row = ENGINES.get(self.engine)
+        want = (row.streams if row is not None else 1) if asked == "auto" else asked
+        return max(1, min(want, threads or len(os.sched_getaffinity(0))))
 
     @property
     def key(self) -> str:
@@ -245,11 +259,13 @@ def runnable(quantization: str) -> list[str]:
     return keys
 
 
-def openvino_options(precision: str, threads: int | None) -> dict[str, str]:
+def openvino_options(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
     """The plugin's provider options: OpenVINO's own settings go in its `load_config`."""
     cpu = {"INFERENCE_PRECISION_HINT": precision}
     if threads:
         cpu["INFERENCE_NUM_THREADS"] = str(threads)
+    if streams > 1:   # the threads split between streams, each running one call
+        cpu.update(PERFORMANCE_HINT="THROUGHPUT", NUM_STREAMS=str(streams))
     return {"load_config": json.dumps({"CPU": cpu})}
 
 

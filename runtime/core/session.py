@@ -8,8 +8,13 @@ post-processing). Reference: onnxruntime's `InferenceSession` / `SessionOptions`
 """
 from __future__ import annotations
 
+import os
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 import onnxruntime as ort
@@ -17,8 +22,10 @@ import onnxruntime as ort
 from . import engines
 from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
-from .bounds import check_threads
+from .bounds import check_streams, check_threads
 from .errors import ArtifactError, ConfigError
+
+T = TypeVar("T")
 
 OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -49,6 +56,7 @@ class SessionConfig:
     batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per call the engine runs best at
     pad_multiple: int = 1               # batch widths rounded up to it (engines.Engine)
     threads: int | None = None          # intra-op threads; None = onnxruntime's default
+    streams: int = 1                    # calls run at once (engines.Engine.streams)
     optimization: str = "all"           # disable | basic | extended | all
     # The arena keeps its high-water mark for the session's life; export's parity runs turn it
     # off so a (B, T, 30522) fill-mask batch does not stay reserved through the whole export.
@@ -70,6 +78,8 @@ class Session:
     def __init__(self, inner: ort.InferenceSession, config: SessionConfig):
         self.inner = inner
         self.config = config
+        self._pool: ThreadPoolExecutor | None = None   # config.streams > 1: made at first use
+        self._pool_lock = threading.Lock()
         self.input_names = tuple(i.name for i in inner.get_inputs())
         self.output_names = tuple(o.name for o in inner.get_outputs())
         # name -> shape as the graph declares it (ints where fixed, names or None where dynamic)
@@ -94,22 +104,54 @@ class Session:
                 for n, v in zip(names, values)}
 
 
+    def run_each(self, items: Iterable[T], feeds: Callable[[T], dict],
+                 outputs: tuple[str, ...] | None = None) -> Iterator[tuple[T, dict]]:
+        """(item, outputs) for each item, in order, its feeds made by `feeds(item)`; up to
+        `config.streams` calls run at once (the engine's streams; onnxruntime releases the GIL
+        while it runs), which also bounds this session's calls across threads."""
+        if self.config.streams == 1:
+            for item in items:
+                yield item, self.run(feeds(item), outputs)
+            return
+        pool = self._workers()
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.submit(self.run, feeds(item), outputs)))
+            if len(pending) >= self.config.streams:   # the next is queued as one finishes
+                item, done = pending.popleft()
+                yield item, done.result()
+        while pending:
+            item, done = pending.popleft()
+            yield item, done.result()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.streams,
+                                                thread_name_prefix="bertonnx-stream")
+            return self._pool
+
+
 def create_session(model: str | Path | bytes, *, providers=None, threads: int | None = None,
                    optimization: str = "all", memory_arena: bool = True,
-                   prepacking: bool = True, profile_prefix: str | None = None) -> Session:
+                   prepacking: bool = True, profile_prefix: str | None = None,
+                   streams: int | str = 1) -> Session:
     """The only place an `InferenceSession` is made: from a file, or from a serialized graph
-    (export checks graphs it has not written yet)."""
+    (export checks graphs it has not written yet). `streams`: calls at once, the threads
+    split between them ("auto": the engine's for throughput work, engines.Engine.streams)."""
     if not isinstance(model, bytes) and not Path(model).is_file():
         raise ArtifactError(f"{model} does not exist", "export the model with `bertonnx export`")
     if optimization not in OPTIMIZATION_LEVELS:
         raise ConfigError(f"unknown graph optimisation level {optimization!r}",
                           f"use one of {', '.join(OPTIMIZATION_LEVELS)}")
     check_threads(threads)
+    check_streams(streams)
     engine_owns_cores()
     choice = providers if isinstance(providers, engines.Choice) else engines.concrete(providers)
     config = SessionConfig(choice.providers, choice.engine, choice.precision, choice.reason,
-                           choice.batch_tokens, choice.pad_multiple, threads, optimization,
-                           memory_arena, prepacking)
+                           choice.batch_tokens, choice.pad_multiple, threads,
+                           choice.streams(streams, threads), optimization, memory_arena,
+                           prepacking)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     opts.enable_cpu_mem_arena = memory_arena
@@ -118,8 +160,10 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     if profile_prefix:  # onnxruntime's per-node timings, for bench/cpu_time.py's profile
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix
-    if threads:
-        opts.intra_op_num_threads = threads
+    if threads or config.streams > 1:
+        # several calls at once on onnxruntime's own kernels: each its share of the threads
+        opts.intra_op_num_threads = max(1, (threads or len(os.sched_getaffinity(0)))
+                                                // config.streams)
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
         opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
@@ -129,7 +173,8 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         # error, not a silent split with the CPU provider (which the precision would not cover)
         opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         opts.add_provider_for_devices(list(engines.openvino_devices()),
-                                      engines.openvino_options(config.precision, threads))
+                                      engines.openvino_options(config.precision, threads,
+                                                                config.streams))
         session_providers = None
     name = "the graph" if isinstance(model, bytes) else str(model)
     try:

@@ -158,7 +158,7 @@ _TRITON_HINTS = {"api_keys": _KEYS_ON_TRITON, "api_key_file": _KEYS_ON_TRITON,
 @click.option("--max-wait-ms", default=5.0, show_default=True, type=click.FloatRange(0, 60_000),
               help="Longest a request waits for others to batch with.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, MAX_WORKERS),
-              help="Model calls run at once (threads sharing one onnxruntime session).")
+              help="Model calls run at once on one session, --threads split between them.")
 @click.option("--max-body-bytes", default=_L.max_body_bytes, show_default=True,
               type=click.IntRange(1), help="Largest request body (413).")
 @click.option("--max-inputs", default=_L.max_inputs, show_default=True, type=click.IntRange(1),

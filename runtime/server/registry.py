@@ -72,10 +72,12 @@ class Model:
 
         if self.loader is not None:
             return self.loader()
-        # One server batch = one micro-batch of the pipeline (it splits longer lists).
+        # One server batch = one micro-batch of the pipeline (it splits longer lists); each
+        # of --workers' calls at once on its own share of the threads (an engine stream)
         return load_pipeline(self.model_dir, providers=self.options.providers,
                              threads=self.options.threads,
-                             batch_size=self.options.batch.max_batch_size)
+                             batch_size=self.options.batch.max_batch_size,
+                             streams=self.options.batch.workers)
 
     async def start(self, arriving, shared: asyncio.Semaphore | None) -> bool:
         """Load the pipeline (in a thread) and start its batcher; False (load_error set) if

@@ -41,7 +41,7 @@ def __getattr__(name: str):
 
 def load(path: str | Path, *, task: str | None = None, providers=None,
          threads: int | None = None, optimization: str = "all",
-         batch_size: int = DEFAULT_BATCH_SIZE) -> Pipeline:
+         batch_size: int = DEFAULT_BATCH_SIZE, streams: int | str = 1) -> Pipeline:
     """The pipeline for the export at `path` (or `"default"`: the shipped export of `task`,
     bertonnx.runtime.core.defaults): manifest read and sha256-verified, one session. A folder made
     by Optimum or for transformers.js (runtime/core/foreign.py) is served as it is, with a warning
@@ -50,7 +50,10 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     `task`, when given, must be the manifest's (TaskMismatchError otherwise); `providers` is
     the engine: "auto" (default: the fastest this CPU has that the export proved at export),
     "cpu", "openvino", "openvino:bf16", "openvino:f32", "cuda", "tensorrt", or onnxruntime
-    provider names (a list or comma-separated) — runtime/core/engines.py.
+    provider names (a list or comma-separated) — runtime/core/engines.py. `streams`: the
+    session's calls at once, its threads split between them (a call's micro-batches run side by
+    side): 1, every thread on each call, is the latency default; "auto" is the engine's choice
+    for throughput work (OpenVINO: 2), which bulk jobs take (docs/engines.md, "Streams").
     """
     if task is not None:
         task = TASK_ALIASES.get(task, task)
@@ -67,7 +70,7 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
                             engines=manifest.engines, where=str(path))
     session = create_session(folder.model_path, providers=choice, threads=threads,
-                             optimization=optimization)
+                             optimization=optimization, streams=streams)
     if folder.foreign is not None:
         check_inputs(folder.foreign, session.inner.get_inputs())
         warn_unverified(folder.foreign)

@@ -367,13 +367,8 @@ class Pipeline:
 
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
-        for batch in self.batches(encodings, batch_size):
-            feeds = batch.feeds()
-            if not self._token_types:
-                # the family takes none (RoBERTa, XLM-R): transformers never passes them and
-                # the model reads zeros; a tokenizer's pair template may still number segments
-                feeds["token_type_ids"] = np.zeros_like(feeds["token_type_ids"])
-            out = self.session.run(feeds, self.outputs)
+        for batch, out in self.session.run_each(self.batches(encodings, batch_size),
+                                                lambda b: b.feeds(self._token_types), self.outputs):
             # a graph whose output axes are symbolic escaped the check at load: check the
             # arrays (labels read past config.json's id2label would flip or shift the answer)
             problems = self.spec.output_problems(

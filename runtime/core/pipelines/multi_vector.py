@@ -261,14 +261,17 @@ class MultiVectorPipeline(Pipeline):
         skip = ("query" if is_query else "document") in s.skiplist_tasks and len(self._skip)
         only = (None if is_query or s.keep_only_token_ids is None
                 else np.array(s.keep_only_token_ids, np.int64))
-        for batch in self.batches([_Row(ids) for ids, _ in rows], batch_size):
+        def feeds(batch):
             mask = batch.attention_mask
             for r, i in enumerate(batch.index):   # [MASK] expansion: attended or not
                 mask[r, rows[i][1]:] = 0
-            feeds = {"input_ids": batch.input_ids, "attention_mask": mask,
-                     "token_type_ids": np.zeros_like(batch.input_ids)}
-            out = self.vectors(self.session.run(feeds, self.outputs)["last_hidden_state"],
-                               normalize)                                      # (B, T, D)
+            return {"input_ids": batch.input_ids, "attention_mask": mask,
+                    "token_type_ids": np.zeros_like(batch.input_ids)}
+
+        for batch, out in self.session.run_each(
+                self.batches([_Row(ids) for ids, _ in rows], batch_size), feeds, self.outputs):
+            mask = batch.attention_mask
+            out = self.vectors(out["last_hidden_state"], normalize)            # (B, T, D)
             for r, (i, n) in enumerate(zip(batch.index, batch.lengths)):
                 ids = batch.input_ids[r, :n]
                 keep = np.ones(n, bool) if keep_all else mask[r, :n].astype(bool)

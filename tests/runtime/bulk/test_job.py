@@ -29,6 +29,8 @@ def test_refusals_are_one_line(capsys, tiny_export, tmp_path):
         (["--actors", "2"], "--actors is an option of --ray"),
         (["--field", "txt=a"], "names no field of text-classification"),
         (["--resume", "--force"], "contradict"),
+        (["--streams", "x"], "streams 'x' is not \"auto\" or an integer from 1 to 64"),
+        (["--streams", "0"], "streams 0 is not"),
     ]:
         rc, _, err = bulk(capsys, d, "--input", src, "--output", out, *argv)
         assert rc == 2 and message in err and err.count("\n") == 1, (argv, err)
@@ -169,3 +171,21 @@ def test_peak_memory_does_not_grow_with_the_file(tiny_export, tmp_path):
     peak = _peak_rss_mb(*args, "--input", large, "--output", tmp_path / "l.jsonl")
     assert sum(1 for _ in open(tmp_path / "l.jsonl")) == 100_000
     assert peak - base <= 64, (base, peak)
+
+
+def test_streams_answer_as_one_call_at_a_time(capsys, tiny_export, tmp_path):
+    """--streams 2 runs two calls at once, the threads split between them: the same rows."""
+    import numpy as np
+
+    rows = [{"id": i, "text": "the cat sat on the mat " * (1 + i % 7)} for i in range(40)]
+    src = write_input(tmp_path / "in.jsonl", "jsonl", rows)
+    rows = {}
+    for streams in ("1", "2"):
+        out = tmp_path / f"o{streams}.jsonl"
+        assert bulk(capsys, tiny_export(EMB), "--input", src, "--output", out, "--threads", "2",
+                    "--batch-size", "4", "--streams", streams)[0] == 0
+        rows[streams] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["id"] for r in rows["2"]] == [r["id"] for r in rows["1"]] == list(range(40))
+    np.testing.assert_allclose([r["result"] for r in rows["2"]],
+                               [r["result"] for r in rows["1"]], atol=1e-5)
+

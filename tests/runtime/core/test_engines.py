@@ -258,3 +258,16 @@ def test_openvino_s_rounded_widths_answer_as_the_unpadded(tiny_export, name, cal
     padded = call(pipe, texts)
     pipe.session.config = dataclasses.replace(pipe.session.config, pad_multiple=1)
     assert_same(padded, call(pipe, texts), atol=1e-5)
+
+
+def test_streams_are_as_asked_within_the_threads():
+    """"auto" is the engine's (OpenVINO two, the CPU provider one); never more than the
+    threads, each stream one thread at least."""
+    ov, cpu = engines.Choice("openvino", "bf16"), engines.Choice("cpu", "f32")
+    assert (ov.streams("auto", 2), ov.streams("auto", 1), cpu.streams("auto", 8)) == (2, 1, 1)
+    assert (cpu.streams(3, 8), cpu.streams(3, 2), ov.streams(1, 8)) == (3, 2, 1)
+    config = json.loads(engines.openvino_options("bf16", 2, 2)["load_config"])["CPU"]
+    assert config == {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": "2",
+                      "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": "2"}
+    one = json.loads(engines.openvino_options("bf16", 2)["load_config"])["CPU"]
+    assert "NUM_STREAMS" not in one and "PERFORMANCE_HINT" not in one

@@ -197,3 +197,14 @@ def test_the_flags_reach_the_settings(tiny_export, monkeypatch):
 def test_backpressure_settings_are_checked(bad):
     with pytest.raises(InputError):
         Backpressure(**bad)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_each_worker_has_its_own_stream(tiny_export, workers):
+    """--workers model calls at once each run on a share of the threads (an engine stream),
+    not all on every thread at once."""
+    from bertonnx.runtime.server.registry import Model
+
+    options = ServeOptions(batch=BatchConfig(workers=workers), threads=2)
+    pipe = Model("m", tiny_export("feature-extraction"), options, Metrics()).load()
+    assert pipe.session.config.streams == workers
