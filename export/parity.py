@@ -244,10 +244,20 @@ def compare_fp16(reference: Reference, sess) -> dict:
             "within_reference_tolerance": bool(all(v <= FP16_ATOL for v in rel.values()))}
 
 
+def _cosine_rows(x: np.ndarray) -> np.ndarray:
+    """The vectors whose cosines the bf16 gate takes: each row of the last axis; where that
+    axis holds one value (a reranker's or a regression's score), the scores of all the rows
+    as one vector: a one-value row's cosine is only its sign (a score of 0.3 read as 0.6
+    passed; -1e-3 read as 1e-3, near a random head's 0, failed)."""
+    x = np.asarray(x, np.float64)
+    return x.reshape(1, -1) if x.shape[-1] == 1 else x.reshape(-1, x.shape[-1])
+
+
 def compare_cosine(reference: Reference, sess, *, gate: float = BF16_MIN_MEAN_COSINE) -> dict:
     """bf16 arithmetic (runtime/core/engines.py): the cosine of each unpadded position's output
-    row (the last axis; a whole row of logits for outputs without one) to torch's, mean and
-    worst over the grid, and max |Δ|, per output; passed iff every output's mean >= gate."""
+    row (the last axis; a whole row of logits for outputs without one; a batch's scores as
+    one row, `_cosine_rows`) to torch's, mean and worst over the grid, and max |Δ|, per
+    output; passed iff every output's mean >= gate."""
     outputs = OUTPUTS[reference.task]
     sums = {name: [0.0, 0] for name, _ in outputs}
     worst = {name: 1.0 for name, _ in outputs}
@@ -259,8 +269,7 @@ def compare_cosine(reference: Reference, sess, *, gate: float = BF16_MIN_MEAN_CO
             for x, y in _pairs(rows, g, mask):
                 if not x.size:
                     continue
-                x = x.reshape(-1, x.shape[-1]).astype(np.float64)
-                y = np.asarray(y, np.float64).reshape(x.shape)
+                x, y = _cosine_rows(x), _cosine_rows(np.asarray(y).reshape(x.shape))
                 delta[name] = max(delta[name], float(np.max(np.abs(x - y))))
                 norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
                 cos = np.where(norms > 0, (x * y).sum(1) / np.where(norms > 0, norms, 1), 1.0)
