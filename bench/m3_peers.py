@@ -59,7 +59,7 @@ def _reference(out: Path, threads: int, n: int) -> None:
     np.savez(out / "flagembedding.npz", **references.flagembedding_arrays(got))
 
 
-def _timing(out: Path, threads: int, n: int, engines: list[str]) -> None:
+def _timing(out: Path, threads: int, n: int, engines: dict[str, dict]) -> None:
     """In the references' environment: FlagEmbedding and bertonnx's engines timed in turns."""
     # FlagEmbedding exists only in the references' environment
     import torch
@@ -75,7 +75,7 @@ def _timing(out: Path, threads: int, n: int, engines: list[str]) -> None:
     runs = {f"FlagEmbedding torch fp32 batch {b}": (lambda b=b: model.encode(
         docs, batch_size=b, return_dense=True, return_sparse=True, return_colbert_vecs=True))
         for b in BATCH_SIZES}
-    pipes = {e: load(out / "export", providers=e, threads=threads) for e in engines}
+    pipes = {e: load(out / "export", threads=threads, **how) for e, how in engines.items()}
     runs.update({f"bertonnx {e}": (lambda p=p: p(docs, batch_size=32))
                  for e, p in pipes.items()})
     for run in runs.values():   # untimed: first calls, arenas
@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.reference:
         return _reference(args.out, args.threads, args.documents)
     if args.timing:
-        return _timing(args.out, args.threads, args.documents, args.engines.split(","))
+        return _timing(args.out, args.threads, args.documents,
+                       references.bertonnx_loads(args.engines, args.streams))
     common = ["--threads", str(args.threads), "--documents", str(args.documents),
-              "--out", str(args.out), "--engines", args.engines]
+              "--out", str(args.out), "--engines", args.engines, "--streams", args.streams]
     references.run(__spec__.name, "--reference", *common)
     # torch (export): only once FlagEmbedding's outputs are kept
     from bertonnx.export import ExportOptions, export_model

@@ -42,8 +42,20 @@ def peers_parser(module: str, out: str) -> argparse.ArgumentParser:
     parser.add_argument("--documents", type=int, default=256)
     parser.add_argument("--out", type=Path, default=Path(out))
     parser.add_argument("--engines", default="cpu,auto")
+    parser.add_argument("--streams", default="1",
+                        help="streams each engine runs with, a comma list (1, 2, auto)")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def bertonnx_loads(engines: str, streams: str) -> dict[str, dict]:
+    """Each engine × streams of the options as `load`'s keywords, by the row's name."""
+    out = {}
+    for e in engines.split(","):
+        for s in streams.split(","):
+            n = s if s == "auto" else int(s)
+            out[e if n == 1 else f"{e}, streams {n}"] = {"providers": e, "streams": n}
+    return out
 
 
 def run(module: str, *args: str) -> None:

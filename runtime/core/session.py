@@ -103,7 +103,6 @@ class Session:
         return {n: (v if v.dtype == np.float32 else v.astype(np.float32))
                 for n, v in zip(names, values)}
 
-
     def run_each(self, items: Iterable[T], feeds: Callable[[T], dict],
                  outputs: tuple[str, ...] | None = None) -> Iterator[tuple[T, dict]]:
         """(item, outputs) for each item, in order, its feeds made by `feeds(item)`; up to
