@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import numpy as np
 import onnxruntime as ort
 
-from . import engines
+from . import engines, pages
 from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
 from .bounds import check_streams, check_threads
@@ -190,4 +190,6 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
                               "use an fp32 export with openvino, or --providers cpu") from e
         raise ArtifactError(f"onnxruntime cannot load {name} ({str(e).splitlines()[0][:200]})",
                             "export the model again") from e
+    if config.engine == "openvino" and not isinstance(model, bytes):
+        pages.release(model)   # OpenVINO compiled its own weights: the file's pages are idle
     return Session(inner, config)
