@@ -60,7 +60,7 @@ class Engine:
     # and caches kernels per input shape: on a server's mix of lengths every new width cost a
     # compile and ~1.7 MB kept for the process's life (MiniLM, 2,000 widths: 2.6 GB). Widths
     # in steps of 16 (AMX's tile rows) on 1,200 random (1-16, 8-100) shapes: 33.5k against
-    # 25.7k real tokens/s and 370 against 1,066 MB (docs/engines.md, "Memory"). The CPU
+    # 25.7k real tokens/s and 370 against 1,066 MB (docs/engines.md, "Batch widths"). The CPU
     # provider compiles nothing per shape, so its padding would only be work.
     pad_multiple: int = 1
     # session calls at once for throughput work (streams="auto": bulk jobs), the threads split

@@ -4,7 +4,7 @@ OpenVINO compiles its own copy of the weights (bf16 or f32) when the session is 
 the graph's weights file (model.onnx.data) whole through onnxruntime's read-only mapping of it;
 onnxruntime keeps that mapping for the session's life, so every page of the file stayed
 resident and counted in the process's RSS though nothing reads it again: 86 of the 171 MB of
-file-backed RSS of all-MiniLM-L6-v2 on OpenVINO bf16 (docs/engines.md, "Memory").
+file-backed RSS of all-MiniLM-L6-v2 on OpenVINO bf16 (docs/engines.md, "Measured").
 
 `release(path)` drops this process's pages of the graph's files (madvise MADV_DONTNEED on its
 read-only mappings of them). The mapping stays, and a page read again comes back from the
