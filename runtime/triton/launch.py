@@ -21,8 +21,9 @@ stub's Python needs numpy < 2 — `pip install "bertonnx[triton]"` resolves that
 environment (`stub_python`) serves when the serving one must keep numpy 2.
 
 The server is started with exec semantics (Popen of the binary: the PID held is
-tritonserver's), dies with its parent (PR_SET_PDEATHSIG), and names its shared-memory regions
-with a prefix of its own, so `stop` can remove what a killed server's stubs leave in /dev/shm.
+tritonserver's) in a process group of its own that its stubs join, dies with its parent
+(PR_SET_PDEATHSIG), and names its shared-memory regions with a prefix of its own, so `stop`
+ends the stubs of a killed server and removes what they leave in /dev/shm.
 """
 from __future__ import annotations
 
@@ -235,7 +236,10 @@ class TritonServer:
             self.proc = subprocess.Popen(self.command(backends), env=self.environment(),
                                          stdout=out, stderr=subprocess.STDOUT if out else None,
                                          stdin=subprocess.DEVNULL,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent,
+                                         # its own process group, which its stubs join: `stop`
+                                         # ends them with it, however it ended
+                                         process_group=0)
         finally:
             if out:
                 out.close()
@@ -256,30 +260,54 @@ class TritonServer:
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not self.ready():
-            code = self.proc.poll()
-            if code is not None:
-                raise ConfigError(f"tritonserver exited with status {code} before it was ready",
-                                  "its log says why" + (f" ({self.log})" if self.log else
-                                                        " (above)"))
+            ended = self.exited()
+            if ended is not None:
+                raise ConfigError(f"tritonserver exited with status {ended} before it was "
+                                  "ready", "its log says why" + (f" ({self.log})" if self.log
+                                                                  else " (above)"))
             if time.monotonic() > deadline:
                 raise ConfigError(f"tritonserver was not ready within {timeout_s:g} s",
                                   "its log says which model is still loading")
             time.sleep(0.1)
 
+    # tritonserver is left unreaped until `stop`: while it is, its PID — its stubs' process
+    # group's id — cannot be another process's, so ending the group ends only what it started
+
+    def exited(self) -> int | None:
+        """Its exit status once it has exited (not reaped), else None."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return None if info is None else info.si_status
+
+    def wait(self) -> None:
+        """Until tritonserver exits (not reaped)."""
+        if self.proc.returncode is None:
+            os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+
     def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and self.exited() is None:
             self.proc.send_signal(sig)
 
     def stop(self, timeout_s: float | None = None) -> int | None:
-        """SIGTERM, wait (then SIGKILL), and remove any shared memory its stubs left."""
+        """SIGTERM, wait (then SIGKILL); then end any stub left in its process group (a server
+        killed outright leaves its stubs to notice on their own, which took over a minute on a
+        busy machine), reap it, and remove any shared memory its stubs left."""
         if self.proc is None:
             return None
         self.signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout_s or self.exit_timeout_s + 10)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + (timeout_s or self.exit_timeout_s + 10)
+        while self.exited() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if self.exited() is None:
             self.proc.kill()
-            code = self.proc.wait()
+            self.wait()
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:   # no stub left
+                pass
+        code = self.proc.wait()
         self.remove_shm()
         return code
 

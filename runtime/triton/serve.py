@@ -72,14 +72,14 @@ def serve_triton(model_dir: str | Path | list[tuple[str, str | Path]],
             announce(f"bertonnx: Triton serving {served} on "
                      f"{server.url} — gRPC {server.client_host}:{ports.grpc}, metrics "
                      f"http://{server.client_host}:{ports.metrics}/metrics; POST {infer}")
-            code = server.proc.wait()
+            server.wait()
         except BaseException:
             if stopping:  # interrupted while starting: stopped, as asked
                 server.stop()
                 return 0
             raise
         finally:
-            server.stop()
+            code = server.stop()
             for s, handler in previous.items():
                 signal.signal(s, handler)
     return 0 if code == 0 or stopping else 1

@@ -2,13 +2,11 @@
 tritonclient over HTTP and gRPC.
 
 One server for the module serves every task's tiny export from one repository (written by
-`export-triton --backend python`); a second, started by `bertonnx serve --engine triton`, is
-killed with SIGKILL to show it leaves no stub process and no shared memory behind. Answers are
-compared with the library's own (the pipeline in this process, converted by the same `tensors`
-declaration bertonnx's /v2 route uses) within 1e-6: Triton merges requests into one call, and a
-merged batch may differ from a lone one by ~1e-7. Every wait has a guard; none is a figure.
-Triton 2.51's Python stub needs numpy < 2: it runs in `make setup`'s .venv/triton-stub when the
-suite's Python has numpy 2 (runtime/triton/launch.py says why).
+`export-triton --backend python`); a second, of `bertonnx serve --engine triton`, is killed with
+SIGKILL: it leaves no stub process and no shared memory behind. Answers equal the library's (the
+pipeline here, converted by the `tensors` bertonnx's /v2 route uses) within 1e-6: Triton merges
+requests, and a merged batch may differ from a lone one by ~1e-7. Every wait has a guard. The
+stub (Triton 2.51) needs numpy < 2: `make setup`'s .venv/triton-stub (runtime/triton/launch.py).
 """
 from __future__ import annotations
 
@@ -372,11 +370,13 @@ def test_serve_engine_triton_then_kill_9(tiny_export):
         repo = Path(repo.split(b"=", 1)[1].decode())
         prefix = next(a for a in argv_of if b"shm-region-prefix-name=" in a)
         prefix = prefix.split(b"=")[-1].decode()
-        assert len(_stubs(prefix)) == 2 and _segments(prefix)
+        stubs = _stubs(prefix)   # in tritonserver's process group, which serve ends with it
+        pg = {int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[2]) for p in stubs}
+        assert len(stubs) == 2 and _segments(prefix) and pg == {triton}
         os.kill(triton, signal.SIGKILL)
-        until(lambda: not _stubs(prefix), "stub processes outlived tritonserver")
         until(lambda: proc.poll() is not None, "serve did not exit after tritonserver died")
         assert proc.returncode == 1
+        until(lambda: not _stubs(prefix), "stub processes outlived serve")   # it ended them
         assert _segments(prefix) == [] and not repo.exists()
         assert "Traceback" not in "".join(lines) + proc.stderr.read()
     finally:
