@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from importlib import metadata
 
-from bertonnx.runtime.core.cpu import cpu_flags, cpuinfo_field
+# cores: the CPUs this process may run on, which the runtime splits its threads from
+from bertonnx.runtime.core.cpu import cpu_flags, cpuinfo_field, usable_cpus as cores
 
 VERSION_PACKAGES = ("bertonnx", "numpy", "onnxruntime", "tokenizers", "torch", "transformers",
                     "optimum", "optimum-onnx")
@@ -61,11 +62,6 @@ def instruction_sets() -> list[str]:
     """The kernel-relevant instruction sets this CPU reports, in KERNEL_FLAGS order."""
     flags = cpu_flags()
     return [f for f in KERNEL_FLAGS if f in flags]
-
-
-def cores() -> int:
-    """The CPUs this process may run on (a container's or taskset's share, not the host's)."""
-    return len(os.sched_getaffinity(0))
 
 
 def load_avg() -> list[float]:

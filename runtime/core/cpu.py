@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import shlex
 from pathlib import Path
 
@@ -50,6 +51,12 @@ def cpuinfo_field(*keys: str, path: Path | None = None) -> str | None:
     except OSError:
         pass
     return None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (a container's or taskset's share, not the host's):
+    what thread and stream counts are split from."""
+    return len(os.sched_getaffinity(0))
 
 
 def cpu_flags(path: Path | None = None) -> set[str]:

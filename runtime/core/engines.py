@@ -35,7 +35,7 @@ import onnxruntime as ort
 from . import defaults
 from .batches import MAX_BATCH_TOKENS
 from .contract import BF16_MIN_MEAN_COSINE
-from .cpu import this_kind
+from .cpu import this_kind, usable_cpus
 from .errors import ConfigError
 from .once import first_time
 
@@ -120,7 +120,7 @@ class Choice:
         thread each at least."""
         row = ENGINES.get(self.engine)
         want = (row.streams if row is not None else 1) if asked == "auto" else asked
-        return max(1, min(want, threads or len(os.sched_getaffinity(0))))
+        return max(1, min(want, threads or usable_cpus()))
 
     @property
     def key(self) -> str:

@@ -8,7 +8,7 @@ post-processing). Reference: onnxruntime's `InferenceSession` / `SessionOptions`
 """
 from __future__ import annotations
 
-import os
+import itertools
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +23,7 @@ from . import engines, pages
 from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
 from .bounds import check_streams, check_threads
+from .cpu import usable_cpus
 from .errors import ArtifactError, ConfigError
 
 T = TypeVar("T")
@@ -114,12 +115,13 @@ class Session:
             return
         pool = self._workers()
         pending: deque = deque()
-        for item in items:
-            pending.append((item, pool.submit(self.run, feeds(item), outputs)))
-            if len(pending) >= self.config.streams:   # the next is queued as one finishes
-                item, done = pending.popleft()
-                yield item, done.result()
-        while pending:
+        items = iter(items)
+        while True:
+            # keep `streams` calls queued; the oldest is answered first, so results stay in order
+            for item in itertools.islice(items, self.config.streams - len(pending)):
+                pending.append((item, pool.submit(self.run, feeds(item), outputs)))
+            if not pending:
+                return
             item, done = pending.popleft()
             yield item, done.result()
 
@@ -161,7 +163,7 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         opts.profile_file_prefix = profile_prefix
     if threads or config.streams > 1:
         # several calls at once on onnxruntime's own kernels: each its share of the threads
-        opts.intra_op_num_threads = max(1, (threads or len(os.sched_getaffinity(0)))
+        opts.intra_op_num_threads = max(1, (threads or usable_cpus())
                                                 // config.streams)
         # one inter-op thread: a BERT graph is a chain, parallel branches buy nothing
         opts.inter_op_num_threads = 1
