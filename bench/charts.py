@@ -71,7 +71,9 @@ def retrieval_charts(result: dict) -> list[Chart]:
     for t in result["tasks"]:
         bars = []
         for r in sorted(t["rows"], key=lambda r: -r["per_s"]):
-            ratio = f" · {r['vs_fastest_st']:.2f}× ST best" if r.get("vs_fastest_st") else ""
+            best = "transformers" if t.get("peer_library") == "transformers" else "ST"
+            ratio = (f" · {r['vs_fastest_st']:.2f}× {best} best" if r.get("vs_fastest_st")
+                     else "")
             note = (f"{r['per_s']:.1f}{ratio} · "
                     f"{_accuracy(r['accuracy'], r['engine'] == t['reference'])}")
             bars.append(Bar(f"{r['engine']} ({r['precision']})", r["per_s"], r["per_s_min"],

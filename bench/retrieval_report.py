@@ -1,6 +1,6 @@
 """The retrieval benchmark's report (retrieval.py's result dict): a markdown table per task,
-fastest first, with the spread of its rounds, the ratio to sentence-transformers' fastest
-backend, the accuracy beside each figure, and issue 27's goal judged per bertonnx row."""
+fastest first, with the spread of its rounds, the ratio to the peer library's fastest backend
+(sentence-transformers'; transformers' for classification), the accuracy beside each figure, and issue 27's goal judged per bertonnx row."""
 from __future__ import annotations
 
 GOAL_TASKS = ("rerank", "sparse")  # issue 27 sets the 2× goal for these two; embed is reported
@@ -20,7 +20,8 @@ def format_retrieval(result: dict) -> str:
                   "load average before each round (1/5/15 min): " + " · ".join(
                       "/".join(f"{x:g}" for x in la) for la in t["loads"]),
                   "", f"| engine | precision | {t['unit']} (median) | min–max | × fastest "
-                  f"sentence-transformers | {metric} to {t['reference']}: mean / worst |",
+                  f"{t.get('peer_library', 'sentence-transformers')} | {metric} to "
+                  f"{t['reference']}: mean / worst |",
                   "|---|---|---|---|---|---|"]
         for r in sorted(t["rows"], key=lambda r: -r["per_s"]):
             a = r["accuracy"]
