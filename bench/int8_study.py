@@ -73,8 +73,13 @@ def fit_head(model, tokenizer, data, steps: int = 200) -> None:
             ids, mask, tt, _ = agreement.encode(tokenizer, [t for t, _ in data[i:i + 64]],
                                                 max_len=128)
             feats.append(model.encoder(ids, mask, tt)[1])
-    x, y = torch.cat(feats), torch.tensor([lab for _, lab in data])
-    head = model.head.classifier
+    fit_logistic(model.head.classifier, torch.cat(feats),
+                 torch.tensor([lab for _, lab in data]), steps)
+
+
+def fit_logistic(head, x, y, steps: int) -> None:
+    """`head` (a Linear) fitted by LBFGS as an L2-regularised logistic regression of labels
+    `y` on features `x`."""
     opt = torch.optim.LBFGS(head.parameters(), max_iter=steps)
 
     def closure():

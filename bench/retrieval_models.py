@@ -60,7 +60,7 @@ def minilm_classifier(work: Path, encoder: Path, say) -> Path:
     import torch
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from .int8_study import LABELS, tweets
+    from .int8_study import LABELS, fit_logistic, tweets
 
     say(f"building the MiniLM sentiment classifier -> {out}")
     torch.manual_seed(SEED)
@@ -74,17 +74,7 @@ def minilm_classifier(work: Path, encoder: Path, say) -> Path:
                                         truncation=True, max_length=128,
                                         return_tensors="pt")).pooler_output
                        for i in range(0, len(data), 64)])
-    y = torch.tensor([label for _, label in data])
-    head = model.classifier
-    opt = torch.optim.LBFGS(head.parameters(), max_iter=100)
-
-    def closure():
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(head(x), y) + 1e-3 * head.weight.square().sum()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
+    fit_logistic(model.classifier, x, torch.tensor([label for _, label in data]), steps=100)
     # as the cross-encoder's: MiniLM's tokenizer.json pads every call to 128, which would make
     # the transformers rows pad short tweets four times over
     tok.backend_tokenizer.no_truncation()
