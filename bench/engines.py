@@ -63,10 +63,16 @@ def top_labels(task: str, results: list) -> list:
     return [one(r) for r in results]
 
 
-def onnx_engine(name: str, folder: Path, threads: int, providers=None) -> Engine:
+def onnx_engine(name: str, folder: Path, threads: int, providers=None,
+                streams: int | str = 1) -> Engine:
     """bertonnx's own pipeline and session (runtime/core/session.py's), as users get them;
-    `providers` the engine (runtime/core/engines.py; None: `auto`, as `load` defaults)."""
-    pipe = load(folder, threads=threads, providers=providers)
+    `providers` the engine (runtime/core/engines.py; None: `auto`, as `load` defaults);
+    `streams` as `load` takes it. With several streams the row is end to end only (its model
+    calls are the same graph's) and its name says how many."""
+    pipe = load(folder, threads=threads, providers=providers, streams=streams)
+    streams = pipe.session.config.streams
+    if streams > 1:
+        name += f" ({streams} streams)"
     task = pipe.task
     session = pipe.session
     mode = pipe.folder.manifest.quantization.get("mode", "none")
@@ -76,7 +82,8 @@ def onnx_engine(name: str, folder: Path, threads: int, providers=None) -> Engine
         out = pipe(inputs)
         return out if vectors else top_labels(task, out)
 
-    return Engine(name, e2e=e2e, forward=lambda feeds: session.run(feeds),
+    return Engine(name, e2e=e2e, forward=(lambda feeds: session.run(feeds)) if streams == 1
+                  else None,
                   precision="fp32" if mode == "none" else mode,
                   answer=(lambda out: out) if vectors else None,
                   facts={f"engine {name}": f"{session.config.engine}:{session.config.precision}"

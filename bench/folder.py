@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bertonnx.runtime.core.defaults import resolve_checkpoint, resolve_export
-from bertonnx.runtime.core.engines import runnable
+from bertonnx.runtime.core.engines import parse, runnable
 from bertonnx.runtime.core.foreign import read_manifest
 
 from .engines import onnx_engine, torch_engine, transformers_engine
@@ -20,6 +20,18 @@ def engine_row(name: str, key: str) -> str:
     """The row of an export on an engine: the CPU provider's keeps the export's own name (the
     name every earlier report used), the others say theirs."""
     return name if key == "cpu:f32" else f"{name} [{key}]"
+
+
+def streamed_rows(name: str, keys, threads: int) -> dict[str, str]:
+    """{row: key} for the engines among `keys` that run several calls at once at `threads`:
+    the export again as a bulk job loads it (OpenVINO: `bertonnx run --streams auto`,
+    docs/engines.md "Streams"), end to end only."""
+    out = {}
+    for key in keys:
+        n = parse(key).streams("auto", threads)
+        if n > 1:
+            out[f"{engine_row(name, key)} ({n} streams)"] = key
+    return out
 
 
 def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
@@ -42,6 +54,8 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     keys = runnable(mode) if options.engines == "all" else [
         k.strip() for k in options.engines.split(",") if k.strip()]
     engines = [onnx_engine(engine_row(ours, k), folder, threads, providers=k) for k in keys]
+    engines += [onnx_engine(engine_row(ours, k), folder, threads, providers=k, streams="auto")
+                for k in streamed_rows(ours, keys, threads).values()]
     text = text_set(1, source)[0][:200]
     cold = {"bertonnx CLI": cli_argv(folder, task, text)}
     sizes = {ours: folder}

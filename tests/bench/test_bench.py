@@ -20,7 +20,7 @@ from bertonnx.bench.cpu_time import format_op_profile, op_profile
 from bertonnx.bench.footprint import cold_start
 from bertonnx.bench.inputs import task_inputs, text_set
 from bertonnx.bench.report import Result, format_report
-from bertonnx.bench.folder import engine_row
+from bertonnx.bench.folder import engine_row, streamed_rows
 from bertonnx.runtime.core.engines import runnable
 from bertonnx.bench.runner import BenchOptions
 from bertonnx.runtime.core import cpu
@@ -262,6 +262,7 @@ def test_bench_command_json(cls_export, cls_checkpoint):
     hf = next(n for n in r["end_to_end"] if n.startswith("transformers pipeline"))
     # every engine this machine runs the export with, side by side
     others = {engine_row(ours, k) for k in runnable("none")} - {ours}
+    others |= set(streamed_rows(ours, runnable("none"), r["machine"]["threads"]))  # a bulk job's
     assert set(r["end_to_end"]) == {ours, "scratch torch (fp32)", hf} | others
     for name, row in r["end_to_end"].items():
         assert row["items_per_s"] > 0 and math.isfinite(row["items_per_s"])
@@ -392,5 +393,6 @@ def test_bench_default_runs_the_shipped_export(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout)
-    assert list(r["end_to_end"]) == [engine_row("bertonnx fp32 fused", k)
-                                     for k in runnable("none")]
+    ours, keys = "bertonnx fp32 fused", runnable("none")
+    assert list(r["end_to_end"]) == ([engine_row(ours, k) for k in keys]
+                                     + list(streamed_rows(ours, keys, r["machine"]["threads"])))
