@@ -21,7 +21,9 @@ from bertonnx.bench.footprint import cold_start
 from bertonnx.bench.inputs import task_inputs, text_set
 from bertonnx.bench.report import Result, format_report
 from bertonnx.bench.folder import engine_row, streamed_rows
+from bertonnx.runtime.core.defaults import resolve_export
 from bertonnx.runtime.core.engines import runnable
+from bertonnx.runtime.core.foreign import read_manifest
 from bertonnx.bench.runner import BenchOptions
 from bertonnx.runtime.core import cpu
 from bertonnx.runtime.core.errors import ArtifactError, InputError
@@ -252,7 +254,11 @@ def test_cold_start_fails_loudly_without_an_answer():
 
 # -- the command and the script (smoke, tiny model) ----------------------------------------
 
-def test_bench_command_json(cls_export, cls_checkpoint):
+def test_bench_command_json(cls_export, cls_checkpoint, monkeypatch):
+    if "openvino:f32" in runnable("none"):
+        # `auto` as OpenVINO f32 (the suite's is the CPU provider): its bulk-job row, 2 streams
+        # where there are 2 cores, gives transformers' labels too (checked below)
+        monkeypatch.setenv("BERTONNX_PROVIDERS", "openvino:f32")
     out = subprocess.run([sys.executable, "-m", "bertonnx.runtime.cli", "bench", str(cls_export),
                           "--quick", "--reference", str(cls_checkpoint), "--json"],
                          capture_output=True, text=True, timeout=300)
@@ -262,7 +268,8 @@ def test_bench_command_json(cls_export, cls_checkpoint):
     hf = next(n for n in r["end_to_end"] if n.startswith("transformers pipeline"))
     # every engine this machine runs the export with, side by side
     others = {engine_row(ours, k) for k in runnable("none")} - {ours}
-    others |= set(streamed_rows(ours, runnable("none"), r["machine"]["threads"]))  # a bulk job's
+    others |= set(streamed_rows(ours, runnable("none"), r["machine"]["threads"],  # a bulk job's
+                                read_manifest(cls_export)))
     assert set(r["end_to_end"]) == {ours, "scratch torch (fp32)", hf} | others
     for name, row in r["end_to_end"].items():
         assert row["items_per_s"] > 0 and math.isfinite(row["items_per_s"])
@@ -395,4 +402,5 @@ def test_bench_default_runs_the_shipped_export(tmp_path):
     r = json.loads(out.stdout)
     ours, keys = "bertonnx fp32 fused", runnable("none")
     assert list(r["end_to_end"]) == ([engine_row(ours, k) for k in keys]
-                                     + list(streamed_rows(ours, keys, r["machine"]["threads"])))
+                                     + list(streamed_rows(ours, keys, r["machine"]["threads"],
+                                                          read_manifest(resolve_export("default")))))
