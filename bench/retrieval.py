@@ -16,13 +16,15 @@ and SPLADE, every engine in one process, rounds rotated, medians.
             300 tweets' pooled [CLS], int8_study)
 
 Engines: bertonnx fp32 and int8 (`load(DIR)`, its library call with its own batching) and the
-peers of peers.py (classification: classify_peers.py, transformers' pipeline on its backends). The first call of each is untimed and gives its answers; accuracy is
-against sentence-transformers torch fp32 (the reference bertonnx claims parity with; bertonnx
-fp32 when sentence-transformers is absent; classification: transformers torch fp32):
+peers of peers.py (classification: classify_peers.py, transformers' pipeline on its
+backends). The first call of each is untimed and gives its answers; accuracy is against
+sentence-transformers torch fp32 (the reference bertonnx claims parity with; bertonnx fp32 when
+sentence-transformers is absent; classification: transformers torch fp32):
 embeddings and sparse vectors by cosine per input (mean, worst), rankings by NDCG@10 per query
 with the reference's top 10 as graded relevance (10 for its first ... 1 for its tenth), labels
-by agreement of the top label (mean) and the largest probability difference (worst). Then `rounds` timed rounds, each starting at the next
-engine (timing.round_robin's rotate), the load average recorded before each.
+by agreement of the top label (mean) and the largest probability difference (worst). Then
+`rounds` timed rounds, each starting at the next engine (timing.round_robin's rotate), the load
+average recorded before each.
 """
 from __future__ import annotations
 
@@ -160,7 +162,8 @@ def bertonnx_label(pipe) -> tuple[str, str]:
 
 
 def labels(folder: Path) -> list[str]:
-    """A classifier folder's labels in id order (config.json's id2label)."""
+    """A Hugging Face classifier folder's labels in id order (config.json's id2label), for
+    its peers (bertonnx's own pipeline has them as `pipe.labels`)."""
     id2label = json.loads((folder / "config.json").read_text())["id2label"]
     return [id2label[str(i)] for i in range(len(id2label))]
 
@@ -179,7 +182,7 @@ def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 
         return Engine(name, precision=precision, answer=peers.rank_scores,
                       e2e=lambda work: [pipe(q, list(d), top_k=None) for q, d in work])
     if kind == "classify":
-        return Engine(name, precision=precision, answer=classify_peers.label_probs(labels(folder)),
+        return Engine(name, precision=precision, answer=classify_peers.label_probs(pipe.labels),
                       e2e=lambda texts: pipe(texts, top_k=None))
     vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
 
