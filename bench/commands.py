@@ -188,6 +188,9 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
 @click.option("--rounds", type=int, help="Timed rounds, order rotated (default 5).")
 @click.option("--threads", type=int, help="Threads of every engine (default: usable CPUs).")
 @click.option("--fp32-only", is_flag=True, help="Leave bertonnx's int8 export out.")
+@click.option("--engines", default="", help="Also run bertonnx's fp32 export on these "
+              "engines (comma list of ENGINE[:PRECISION], e.g. cpu,openvino:bf16), beside the "
+              "one auto picks.")
 @click.option("--fresh", is_flag=True, help="Re-export bertonnx's folders.")
 @click.option("--embed-model", type=click.Path(path_type=Path),
               help="Embedding sentence-transformers folder (default: all-MiniLM-L6-v2).")
@@ -201,7 +204,7 @@ def cpu_time_command(graphs, batch, seq, repeats, config, profile):
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks that it runs.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
               help="Also write the result here as JSON.")
-def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
+def retrieval_command(work, tasks, peers, quick, fp32_only, engines, json_path, **sizes):
     """Embeddings, rerank, SPLADE and classification: bertonnx vs sentence-transformers,
     transformers (+ Optimum), CTranslate2, fastembed."""
     import json  # the report's JSON only here
@@ -215,6 +218,7 @@ def retrieval_command(work, tasks, peers, quick, fp32_only, json_path, **sizes):
     kw.update({k: v for k, v in sizes.items() if v is not None})
     options = RetrievalOptions(work=work, peers=chosen, fresh=kw.pop("fresh", False),
                                precisions=("none",) if fp32_only else ("none", "int8"),
+                               engines=tuple(k.strip() for k in engines.split(",") if k.strip()),
                                **({"tasks": tasks} if tasks else {}), **kw)
     result = retrieval(options, _say)
     click.echo(format_retrieval(result), nl=False)

@@ -75,6 +75,7 @@ class RetrievalOptions:
     threads: int | None = None
     peers: tuple[str, ...] = DEFAULT_PEERS
     precisions: tuple[str, ...] = ("none", "int8")   # bertonnx exports (--quantize)
+    engines: tuple[str, ...] = ()  # the fp32 export on these too (ENGINE:PRECISION), beside auto
     fresh: bool = False       # re-export bertonnx's folders
     embed_model: Path | None = None    # an embedding sentence-transformers folder
     rerank_model: Path | None = None   # a CrossEncoder folder (a real one, where you have it)
@@ -168,10 +169,12 @@ def labels(folder: Path) -> list[str]:
     return [id2label[str(i)] for i in range(len(id2label))]
 
 
-def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 1) -> Engine:
+def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 1,
+                    providers: str | None = None) -> Engine:
     """bertonnx's library call on the task's work (lists in, its own micro-batching);
-    `streams` as `load` takes it (1, its default; "auto", a bulk job's)."""
-    pipe = load(folder, threads=threads, streams=streams)
+    `streams` and `providers` as `load` takes them (defaults: 1 stream, `auto`'s engine;
+    "auto" streams: a bulk job's)."""
+    pipe = load(folder, threads=threads, streams=streams, providers=providers)
     name, precision = bertonnx_label(pipe)
     if pipe.session.config.streams > 1:
         name += f" ({pipe.session.config.streams} streams)"
@@ -208,6 +211,9 @@ def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, 
     folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
                for q in options.precisions]
     engines = [bertonnx_engine(kind, f, threads) for f in folders]
+    for key in options.engines:  # the fp32 export on another engine, where not auto's already
+        more = bertonnx_engine(kind, folders[0], threads, providers=key)
+        engines += [more] if more.name not in {e.name for e in engines} else []
     # a bulk job's streams, where the engine runs several calls at once (OpenVINO)
     engines += [e for e in (bertonnx_engine(kind, f, threads, "auto") for f in folders)
                 if "streams)" in e.name] + found

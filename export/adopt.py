@@ -132,7 +132,10 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
                                                               "ops": quantized}
     if row.convert is not None:
         say(row.progress)
-        proto, quant = row.convert(proto, ExportOptions(quantize=options.quantize))
+        # the recipes that calibrate (SmoothQuant, static int8) read real text: the folder's
+        # tokenizer, which the runtime needs anyway (refused below when it cannot load it)
+        proto, quant = row.convert(proto, ExportOptions(quantize=options.quantize), None, None,
+                                   load_tokenizer(src))
 
     with publishing(out) as tmp:
         graph.save_model(proto, tmp / MODEL_NAME)

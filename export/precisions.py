@@ -24,7 +24,7 @@ from .int8 import recipes
 # (proto, the manifest's quantization record) -------------------------------------------------
 
 def _int8(proto, options, scratch=None, variant=None, tokenizer=None):
-    variant = variant or recipes.candidates(options)[0]
+    variant = variant or recipes.candidates(options, tokenizer)[0]
     return recipes.convert(variant, proto, options, scratch, tokenizer)
 
 
@@ -36,12 +36,12 @@ def _fp16(proto, options, scratch=None, variant="", tokenizer=None):
 
 # --- candidates: the variants an export tries in order until the judge passes one ----------
 
-def _one(options) -> tuple[str, ...]:
+def _one(options, tokenizer=None) -> tuple[str, ...]:
     return ("",)
 
 
-def _int8_recipes(options) -> tuple[str, ...]:
-    return recipes.candidates(options)
+def _int8_recipes(options, tokenizer=None) -> tuple[str, ...]:
+    return recipes.candidates(options, tokenizer)
 
 
 # --- references (model, tokenizer, folder) -> the torch outputs a judge compares with; and
@@ -122,7 +122,7 @@ class Precision:
     help: str
     progress: str                               # what export says while converting
     convert: Callable | None                    # None: the fused fp32 graph as it is
-    candidates: Callable                        # ExportOptions -> variants to try, in order
+    candidates: Callable                        # (ExportOptions, tokenizer) -> variants, in order
     reference: Callable                         # (model, tokenizer, folder) -> Reference
     judge: Callable[..., dict]                  # (Reference, session) -> figures
     summary: Callable[[dict], str]

@@ -68,7 +68,7 @@ def _convert(job: Job, proto: onnx.ModelProto, variant: str, path: Path) -> tupl
 
 def first_passing(job: Job, box: list, model_path: Path) -> Chosen:
     proto = box.pop()
-    variants = job.row.candidates(job.options)
+    variants = job.row.candidates(job.options, job.tokenizer)
     fused = job.scratch / "fused.onnx"  # what a refused recipe's successor starts from
     if len(variants) > 1:
         graph.save_model(proto, fused)  # (its weights move to the file: read back from there)
@@ -97,7 +97,7 @@ def first_passing(job: Job, box: list, model_path: Path) -> Chosen:
 def fastest_passing(job: Job, box: list, model_path: Path, *,
                     rounds: int = 5, batch: int = 8, seq: int = 128) -> Chosen:
     proto = box.pop()
-    variants = job.row.candidates(job.options)
+    variants = job.row.candidates(job.options, job.tokenizer)
     fused = job.scratch / "fused.onnx"
     graph.save_model(proto, fused)
     del proto

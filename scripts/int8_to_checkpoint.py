@@ -42,6 +42,12 @@ def _dequant(inits: dict, q: str, axis: int | None) -> np.ndarray:
 def recover(export_dir: Path) -> tuple[BertConfig, dict[str, torch.Tensor]]:
     graph = onnx.load(str(export_dir / "model.onnx")).graph
     inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    if any(name.endswith("_smooth_inverse") for name in inits):
+        # SmoothQuant scaled each MatMul's weight rows (export/int8/smooth.py): dequantized, they
+        # are not the checkpoint's, and dividing the scales back out loses the one-step bound
+        raise SystemExit(f"{export_dir} is a SmoothQuant int8 graph: its weights are scaled, "
+                         "not the checkpoint's — recover from an export made with "
+                         "--int8-recipe s8 (or s8-rr)")
     config = BertConfig.from_hf(export_dir / "config.json")
     H = config.hidden_size
     state: dict[str, np.ndarray] = {}

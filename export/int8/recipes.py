@@ -47,6 +47,11 @@ class Recipe:
     smooth: bool = False                 # SmoothQuant the MatMuls first (dynamic only)
     smooth_attention: bool = False       # ... and the fused Attention's QKV projection
 
+    @property
+    def calibrates(self) -> bool:
+        """Whether it reads activations on real text (so needs the export's tokenizer)."""
+        return self.smooth or self.method == "static"
+
     def record(self) -> dict:
         """What the manifest says about the recipe."""
         out = {"recipe": self.name, "method": self.method, "summary": self.summary}
@@ -123,14 +128,17 @@ def resolve_target(name: str) -> tuple[str, str]:
     return kind, "auto: this CPU's flags"
 
 
-def candidates(options) -> tuple[str, ...]:
+def candidates(options, tokenizer=True) -> tuple[str, ...]:
     """The recipes an int8 export tries, in order: the user's settings or recipe, else the
-    target's table row."""
+    target's table row — without the recipes that calibrate on text where the export has no
+    tokenizer (an adopted graph without one), which a recipe named by the user still meets
+    as a one-line error."""
     if options.int8 is not None:
         return ("custom",)
     if options.int8_recipe is not None:
         return (recipe(options.int8_recipe).name,)
-    return TARGETS[resolve_target(options.target_cpu)[0]].recipes
+    row = TARGETS[resolve_target(options.target_cpu)[0]].recipes
+    return row if tokenizer is not None else tuple(r for r in row if not RECIPES[r].calibrates)
 
 
 def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict]:

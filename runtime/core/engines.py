@@ -218,20 +218,35 @@ def openvino_devices() -> tuple:
     if not hasattr(ort, "register_execution_provider_library"):
         raise ConfigError(f"onnxruntime {ort.__version__} cannot load execution provider "
                           "plugins (1.23 or newer can)", "pip install -U onnxruntime")
-    if not any(d.ep_name == e.provider for d in ort.get_ep_devices()):
-        try:
-            ort.register_execution_provider_library(e.provider, module.get_library_path())
-        except Exception as err:  # a broken or foreign-ABI plugin
-            raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
-                              f"({str(err).splitlines()[0][:160]})",
-                              "pip install -U onnxruntime onnxruntime-ep-openvino") from err
+    _register(e.provider, module.get_library_path())
     devices = tuple(d for d in ort.get_ep_devices()
                     if d.ep_name == e.provider and d.ep_metadata.get("ov_device") == "CPU"
                     and "ov_meta_device" not in d.ep_metadata)
     if not devices:
-        raise ConfigError("OpenVINO found no CPU device it supports here",
-                          "use --providers cpu")
+        vendors = {d.device.vendor for d in ort.get_ep_devices()
+                   if d.device.type == ort.OrtHardwareDeviceType.CPU}
+        # onnxruntime's OpenVINO plugin (its ov_factory.cc) skips every device whose vendor is
+        # not Intel, though OpenVINO itself runs on AMD CPUs: microsoft/onnxruntime#31981
+        foreign = ", ".join(sorted(v for v in vendors if v and "intel" not in v.lower()))
+        raise ConfigError(
+            f"OpenVINO's onnxruntime plugin offers no device for this {foreign} CPU (it takes "
+            "Intel's only: microsoft/onnxruntime#31981)" if foreign else
+            "OpenVINO found no CPU device it supports here", "use --providers cpu")
     return devices
+
+
+@functools.cache
+def _register(provider: str, library: str) -> None:
+    """Once per process, cached apart from the devices: where the plugin offers none (a CPU
+    it skips), asking again must not register it a second time, which onnxruntime refuses."""
+    if any(d.ep_name == provider for d in ort.get_ep_devices()):
+        return
+    try:
+        ort.register_execution_provider_library(provider, library)
+    except Exception as err:  # a broken or foreign-ABI plugin
+        raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
+                          f"({str(err).splitlines()[0][:160]})",
+                          "pip install -U onnxruntime onnxruntime-ep-openvino") from err
 
 
 def has_bf16() -> bool:
@@ -241,13 +256,20 @@ def has_bf16() -> bool:
 
 
 def installed(name: str) -> bool:
+    return unavailable(name) is None
+
+
+def unavailable(name: str) -> str | None:
+    """Why engine `name` cannot run here (the one-line error `--providers` would give), or
+    None when it can."""
     try:
         if ENGINES[name].plugin:
             openvino_devices()
-            return True
-        return ENGINES[name].provider in ort.get_available_providers()
-    except ConfigError:
-        return False
+        elif ENGINES[name].provider not in ort.get_available_providers():
+            return f"onnxruntime here has no {ENGINES[name].provider}"
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 def runnable(quantization: str) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 
 from bertonnx.export.adopt import AdoptOptions, adopt
 from bertonnx.export.fusion import attention_count
+from bertonnx.export.int8.recipes import TARGETS
 from bertonnx.runtime import ArtifactError, CheckFailed, InputError, load
 from bertonnx.runtime.cli import main
 from bertonnx.runtime.core.contract import FP32_ATOL, MODEL_NAME
@@ -86,6 +87,8 @@ def test_int8_is_judged_by_agreement(foreign, tiny_checkpoint, tmp_path):
                                                         reference=tiny_checkpoint(CLS)))
     assert m.quantization["mode"] == "int8" and m.parity["mode"] == "int8"
     assert m.parity["passed"]
+    # the folder's tokenizer calibrates this CPU's first recipe (SmoothQuant on VNNI and AMX)
+    assert m.quantization["recipe"] == TARGETS[m.quantization["target"]].recipes[0]
     counts = onnx.load(str(tmp_path / "q" / MODEL_NAME))
     assert any(n.op_type == "MatMulInteger" for n in counts.graph.node)
 

@@ -33,6 +33,9 @@ def test_candidates_follow_settings_recipe_then_target(monkeypatch):
     assert candidates(ExportOptions(quantize="int8", target_cpu="amx")) == TARGETS["amx"].recipes
     monkeypatch.setattr(cpu, "this_kind", lambda: "avx512-vnni")
     assert candidates(ExportOptions(quantize="int8")) == TARGETS["avx512-vnni"].recipes
+    # no tokenizer (nothing to calibrate on): the row without SmoothQuant and static
+    assert candidates(ExportOptions(quantize="int8", target_cpu="amx"), None) == (
+        "s8", "s8-rr", "s8-attention-fp32")
     assert recipes.resolve_target("auto") == ("avx512-vnni", "auto: this CPU's flags")
     monkeypatch.setattr(cpu, "this_kind", lambda: None)  # Arm, old x86: the safest row
     assert recipes.resolve_target("auto")[0] == "avx2"

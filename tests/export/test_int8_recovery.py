@@ -17,8 +17,10 @@ def test_int8_export_dequantizes_to_its_checkpoint(tiny_checkpoint, tmp_path):
     from bertonnx.export import ExportOptions, export_model
 
     source = tiny_checkpoint("fill-mask")
-    # parity off: int8 agreement on a tiny random model is not what this test is about
-    export_model(source, "fill-mask", tmp_path / "int8", ExportOptions(quantize="int8", parity=False))
+    # parity off: int8 agreement on a tiny random model is not what this test is about; s8,
+    # since a SmoothQuant graph's weights are scaled (the script refuses it: below)
+    export_model(source, "fill-mask", tmp_path / "int8",
+                 ExportOptions(quantize="int8", int8_recipe="s8", parity=False))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "int8_to_checkpoint.py"),
                           str(tmp_path / "int8"), str(tmp_path / "recovered")],
                          capture_output=True, text=True, timeout=300)
@@ -34,3 +36,15 @@ def test_int8_export_dequantizes_to_its_checkpoint(tiny_checkpoint, tmp_path):
         step = (w.max() - w.min()) / 127
         assert np.abs(r - w).max() <= step + 1e-6, name
     assert (tmp_path / "recovered" / "vocab.txt").is_file()
+
+
+def test_a_smoothquant_graph_is_refused_in_one_line(tiny_checkpoint, tmp_path):
+    from bertonnx.export import ExportOptions, export_model
+
+    export_model(tiny_checkpoint("fill-mask"), "fill-mask", tmp_path / "int8",
+                 ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv", parity=False))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "int8_to_checkpoint.py"),
+                          str(tmp_path / "int8"), str(tmp_path / "recovered")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr[-2000:]
+    assert "SmoothQuant int8 graph" in out.stderr and not (tmp_path / "recovered").exists()

@@ -11,8 +11,9 @@ int8 recipes never calibrated on (they use export/texts.py).
   ≤ FP32_ATOL over the contract's shapes (up to 512 tokens: every bucket), and the runtime's
   embeddings within FP32_ATOL of `SentenceTransformer(folder).encode`;
 - int8: `export --quantize int8` as a user runs it, with its agreement gate on: this CPU's
-  first recipe (plain s8: a mean cosine of 0.90 on this model's outlier activations) is
-  refused, its SmoothQuant recipe (export/int8/smooth.py) is chosen, and it keeps the mean
+  SmoothQuant recipe (export/int8/smooth.py) is chosen — where the row tries an unsmoothed
+  recipe first (AVX2's s8-rr), this model's outlier activations get it refused (plain s8: a
+  mean cosine of 0.90) — and it keeps the mean
   cosine of the pooled embeddings to fp32 ≥ 0.99, with every Attention fp32 beside its
   relative-position bias. The gate's feature-extraction measure (nearest neighbour among
   export/texts.py's 40 unrelated sentences) counts fp32's near ties as agreeing
@@ -128,10 +129,11 @@ def test_int8_export_keeps_the_embeddings(mpnet_dir, fp32, tmp_path):
     kind = resolve_target("auto")[0]
     first, smooth = TARGETS[kind].recipes[0], next(
         r for r in TARGETS[kind].recipes if RECIPES[r].smooth)
-    assert not RECIPES[first].smooth
     m = export(mpnet_dir, tmp_path / "int8", "--quantize", "int8")
     quant = m["quantization"]
-    assert [r["recipe"] for r in quant["refused_first"]] == [first], quant
+    # a row that tries an unsmoothed recipe first (AVX2's s8-rr) has it refused here
+    refused = [] if RECIPES[first].smooth else [first]
+    assert [r["recipe"] for r in quant.get("refused_first", [])] == refused, quant
     assert quant["recipe"] == smooth and "SmoothQuant" in quant["smoothing"]
     assert m["parity"]["passed"] and m["parity"]["agreement"] >= INT8_MIN_AGREEMENT
     proto = onnx.load(str(tmp_path / "int8" / MODEL_NAME), load_external_data=False)

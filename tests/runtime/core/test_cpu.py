@@ -66,12 +66,18 @@ def test_no_reexport_advice_without_the_checkpoint(tmp_path, caplog, monkeypatch
     assert "bertonnx export" not in caplog.text and "re-export" not in caplog.text
 
 
-def test_no_warning_when_this_cpus_fastest_recipe_is_the_graphs(tmp_path, caplog, monkeypatch):
-    """amx and avx512-vnni both try s8 first: re-exporting on the other would change nothing."""
+@pytest.mark.parametrize("target,recipe,here", [
+    ("amx", "s8", "avx512-vnni"),      # one row for both: a re-export tries the same recipes
+    ("avx512-vnni", "s8-smooth", "amx"),
+    ("avx2", "s8-smooth-qkv", "amx"),  # this CPU's first recipe already
+])
+def test_no_warning_when_a_reexport_here_would_try_the_same(tmp_path, caplog, monkeypatch,
+                                                            target, recipe, here):
     monkeypatch.setattr(once, "_given", set())
-    q = {"mode": "int8", "target": "amx", "recipe": "s8"}
+    assert cpu.RECIPE_ORDER["amx"] == cpu.RECIPE_ORDER["avx512-vnni"]
+    q = {"mode": "int8", "target": target, "recipe": recipe}
     with caplog.at_level(logging.INFO, logger="bertonnx"):
-        assert not cpu.warn_if_other_cpu(tmp_path, q, kind="avx512-vnni", source=str(tmp_path),
+        assert not cpu.warn_if_other_cpu(tmp_path, q, kind=here, source=str(tmp_path),
                                          task="fill-mask")
     assert caplog.records == []
 

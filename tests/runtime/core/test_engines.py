@@ -118,6 +118,18 @@ def test_without_the_extra_openvino_is_one_line_naming_it(tiny_export):
                                 "extra — pip install 'bertonnx[openvino]'"), r.stderr
 
 
+def test_openvino_s_answer_here_is_the_same_when_asked_again(tiny_export):
+    """Where the plugin offers no device (it skips non-Intel CPUs) the second ask must say so
+    too, not that the plugin is registered twice; the command line gives the same line."""
+    first = engines.unavailable("openvino")
+    assert engines.unavailable("openvino") == first
+    if first is None:
+        return  # it runs here: the tests below compare its answers
+    assert "\n" not in first and first.endswith("use --providers cpu")
+    r = cli_without((), "embed", tiny_export(EMB), "a cat", "--providers", "openvino")
+    assert (r.returncode, r.stderr.strip()) == (2, f"bertonnx: error: {first}")
+
+
 # -- OpenVINO against the CPU provider --------------------------------------------------------
 
 def _feeds(session, batch, seq, seed):
