@@ -2,14 +2,14 @@
 
     python -m bertonnx.bench.charts RESULT.json [MORE.json ...] --out docs/img/
 
-Reads `python -m bertonnx.bench.retrieval --json` (one chart per task: `TASK-MODEL.png`) and
-`python -m bertonnx.bench.serve_peers --json` (one chart per file: `serve-NAME.png`, NAME the
-JSON's stem). Each bar is an engine's median throughput with its rounds' min–max as the error
-bar, fastest on top, bertonnx's rows coloured; beside each bar its accuracy to the reference
-(mean / worst cosine, or NDCG@10), because a speed without its accuracy is not a claim. The
-title names the CPU, threads, rounds and the load average the rounds were taken at. Turning a
-result into `Chart` records is pure; only `draw` touches matplotlib (a bench-only dependency,
-imported there, on its Agg backend: no display needed).
+Reads `python -m bertonnx.bench.retrieval --json` (one chart per task: `TASK-MODEL-CPUKIND.png`)
+and `python -m bertonnx.bench.serve_peers --json` (one chart per file: `serve-NAME.png`, NAME
+the JSON's stem). Each bar is an engine's median throughput with its rounds' min–max as the
+error bar, fastest on top, bertonnx's rows coloured; beside each bar its accuracy to the
+reference (mean / worst cosine, or NDCG@10), because a speed without its accuracy is not a
+claim. The title names the CPU, threads, rounds and the load average the rounds were taken at.
+Turning a result into `Chart` records is pure; only `draw` touches matplotlib (a bench-only
+dependency, imported there, on its Agg backend: no display needed).
 """
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def retrieval_charts(result: dict) -> list[Chart]:
         title = (f"{t['task']}: {t['label']} · {t['work']}\n"
                  f"{m['cpu']} ({cpu_kind(m['isa'])}), {m['cores']} cores, {m['threads']} threads · median of {rounds} "
                  f"rounds (bars: min–max) · {_loads(t['loads'])} · {m['date']}")
-        name = f"{t['task']}-{_slug(t['label'].split()[0])}"
+        # the CPU kind in the name: one task and model measured on two kinds are two charts
+        name = f"{t['task']}-{_slug(t['label'].split()[0])}-{_slug(cpu_kind(m['isa']))}"
         out.append(Chart(name, title, t["unit"], tuple(bars)))
     return out
 

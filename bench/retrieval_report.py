@@ -14,7 +14,8 @@ def format_retrieval(result: dict) -> str:
              " · ".join(f"{k} {v}" for k, v in m["versions"].items())]
     for t in result["tasks"]:
         tok = t["tokens"]
-        metric = t["rows"][0]["accuracy"]["metric"]
+        # a metric's own bars (|Δp|) would split the Markdown table's header cell
+        metric = t["rows"][0]["accuracy"]["metric"].replace("|", "\\|")
         lines += ["", f"### {t['task']}: {t['label']} · {t['work']} (tokens median "
                   f"{tok['tokens_median']}, p90 {tok['tokens_p90']}, max {tok['tokens_max']})",
                   "load average before each round (1/5/15 min): " + " · ".join(
