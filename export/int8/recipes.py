@@ -2,9 +2,11 @@
 
 A recipe is one way of turning the fused fp32 graph into int8 (RECIPES); a target is a kind of
 CPU (runtime/core/cpu.py tells them apart from /proc/cpuinfo's flags) with its recipes in the
-order they are tried, fastest first as measured by `python -m bertonnx.bench.int8_recipes`
-(TARGETS). Export converts with the first recipe and judges it by task agreement; a recipe the
-gate refuses gives way to the next, so what ships is the fastest one that passes for that CPU.
+order they are tried (TARGETS): on VNNI and AMX the most accurate first, s8-smooth-qkv (as
+close to fp32 as CTranslate2's int8, at s8's speed within 2-10%: `python -m
+bertonnx.bench.int8_accuracy`), then the rest fastest first as `python -m
+bertonnx.bench.int8_recipes` measured them. Export converts with the first recipe and judges it
+by task agreement; a recipe the gate refuses gives way to the next.
 
     recipe             method                                  weights                attention
     s8-rr              quantize_dynamic of the fused graph     s8 per-channel, 7-bit  QAttention
@@ -94,7 +96,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 @dataclass(frozen=True)
 class Target:
     name: str                    # --target-cpu value (runtime.core.cpu.TARGET_KINDS)
-    recipes: tuple[str, ...]     # tried in this order: fastest first
+    recipes: tuple[str, ...]     # tried in this order (cpu.RECIPE_ORDER)
 
     @property
     def rationale(self) -> str:
@@ -103,7 +105,7 @@ class Target:
 
 
 # The order of each row: evidence.toml ([recipes_per_cpu], [targets.KIND]).
-# (the rows live in the runtime, which warns when a graph's recipe is not this CPU's fastest)
+# (the rows live in the runtime, which warns when a graph was made by another kind's row)
 TARGETS: dict[str, Target] = {kind: Target(kind, order)
                               for kind, order in cpu.RECIPE_ORDER.items()}
 assert tuple(TARGETS) == TARGET_KINDS  # the runtime's kinds and this table name the same CPUs
