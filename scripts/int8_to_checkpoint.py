@@ -25,6 +25,7 @@ from onnx import numpy_helper
 
 from bertonnx.build import BertConfig
 from bertonnx.build.heads import build_model
+from bertonnx.export.int8 import smooth
 
 
 def _dequant(inits: dict, q: str, axis: int | None) -> np.ndarray:
@@ -42,7 +43,7 @@ def _dequant(inits: dict, q: str, axis: int | None) -> np.ndarray:
 def recover(export_dir: Path) -> tuple[BertConfig, dict[str, torch.Tensor]]:
     graph = onnx.load(str(export_dir / "model.onnx")).graph
     inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    if any(name.endswith("_smooth_inverse") for name in inits):
+    if any(name.endswith(smooth.INVERSE) for name in inits):
         # SmoothQuant scaled each MatMul's weight rows (export/int8/smooth.py): dequantized, they
         # are not the checkpoint's, and dividing the scales back out loses the one-step bound
         raise SystemExit(f"{export_dir} is a SmoothQuant int8 graph: its weights are scaled, "

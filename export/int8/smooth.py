@@ -40,6 +40,8 @@ from ..attention_bias import ATTENTION_BIAS
 from ..graph import without_weights
 
 ALPHA = 0.75  # between the two best of the sweep above
+# the name suffix of each smoothed MatMul's 1/s initializer (how a reader tells a smoothed graph)
+INVERSE = "_smooth_inverse"
 _FLOOR = 1e-5  # a channel that is always 0 (or a zero weight row) keeps s finite
 
 
@@ -109,7 +111,7 @@ def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = Non
         s = (np.maximum(amax, _FLOOR) ** alpha
              / np.maximum(np.abs(weight).max(axis=1), _FLOOR) ** (1 - alpha)).astype(np.float32)
         inits[w].CopyFrom(numpy_helper.from_array(weight * s[:, None], w))
-        inverse = f"{w}_smooth_inverse"
+        inverse = f"{w}{INVERSE}"
         g.initializer.append(numpy_helper.from_array((1 / s).astype(np.float32), inverse))
         for i, node in enumerate(nodes):
             smoothed = f"{w}_smoothed_{i}"

@@ -30,9 +30,9 @@ from .once import first_time
 # (SmoothQuant of every quantized input): all-MiniLM-L6-v2 at CTranslate2's int8 accuracy
 # (cosine to fp32 on held-out prose, mean / worst 0.9973 / 0.9944, s8's 0.9929 / 0.9762) at
 # 0.98× s8's speed end to end (2 threads, AMD EPYC Zen 4; 0.90× on 1 thread of an AMX Xeon;
-# docs/int8.md). AVX2's 7-bit weights keep s8-rr first: their
-# smoothed graph stays under CTranslate2's worst case (0.9897), and its speed there is not
-# measured. Each row's later recipes are what the gate falls back to.
+# docs/int8.md). AVX2's 7-bit weights keep s8-rr first: their smoothed graph stays under
+# CTranslate2's worst case (0.9897), and its speed there is not measured. Each row's later
+# recipes are what the gate falls back to.
 RECIPE_ORDER = {
     "avx2": ("s8-rr", "s8-rr-smooth"),
     "avx512": ("s8-rr", "s8-rr-smooth"),

@@ -206,10 +206,25 @@ def _checked(choice: Choice, e: Engine) -> Choice:
     return choice
 
 
-@functools.cache
 def openvino_devices() -> tuple:
-    """onnxruntime's OpenVINO CPU device, the plugin registered on first use (once per
-    process: onnxruntime refuses a second registration of the same name)."""
+    """onnxruntime's OpenVINO CPU device, the plugin registered on first use."""
+    devices, problem = _openvino()
+    if problem is not None:
+        raise ConfigError(*problem)
+    return devices
+
+
+# Once per process, the failure too: onnxruntime refuses a second registration of the same
+# plugin, and where it offers no device (a CPU it skips) a second ask must say the same.
+@functools.cache
+def _openvino() -> tuple[tuple, tuple[str, str] | None]:
+    try:
+        return _find_openvino(), None
+    except ConfigError as err:
+        return (), (err.problem, err.fix)
+
+
+def _find_openvino() -> tuple:
     e = ENGINES["openvino"]
     try:
         module = importlib.import_module(e.plugin)
@@ -218,7 +233,13 @@ def openvino_devices() -> tuple:
     if not hasattr(ort, "register_execution_provider_library"):
         raise ConfigError(f"onnxruntime {ort.__version__} cannot load execution provider "
                           "plugins (1.23 or newer can)", "pip install -U onnxruntime")
-    _register(e.provider, module.get_library_path())
+    if not any(d.ep_name == e.provider for d in ort.get_ep_devices()):
+        try:
+            ort.register_execution_provider_library(e.provider, module.get_library_path())
+        except Exception as err:  # a broken or foreign-ABI plugin
+            raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
+                              f"({str(err).splitlines()[0][:160]})",
+                              "pip install -U onnxruntime onnxruntime-ep-openvino") from err
     devices = tuple(d for d in ort.get_ep_devices()
                     if d.ep_name == e.provider and d.ep_metadata.get("ov_device") == "CPU"
                     and "ov_meta_device" not in d.ep_metadata)
@@ -233,20 +254,6 @@ def openvino_devices() -> tuple:
             "Intel's only: microsoft/onnxruntime#31981)" if foreign else
             "OpenVINO found no CPU device it supports here", "use --providers cpu")
     return devices
-
-
-@functools.cache
-def _register(provider: str, library: str) -> None:
-    """Once per process, cached apart from the devices: where the plugin offers none (a CPU
-    it skips), asking again must not register it a second time, which onnxruntime refuses."""
-    if any(d.ep_name == provider for d in ort.get_ep_devices()):
-        return
-    try:
-        ort.register_execution_provider_library(provider, library)
-    except Exception as err:  # a broken or foreign-ABI plugin
-        raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
-                          f"({str(err).splitlines()[0][:160]})",
-                          "pip install -U onnxruntime onnxruntime-ep-openvino") from err
 
 
 def has_bf16() -> bool:
