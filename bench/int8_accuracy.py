@@ -91,7 +91,8 @@ def study(source: Path, work: Path, recipes: list[str], threads: list[int], roun
             row = f"  {n}t {name:<22} "
             row += (f"b32s64 {m * 1000:7.1f} ms ({m / base:4.2f}× s8)  " if m and base
                     else " " * 33)
-            row += f"e2e {len(texts['sentences']) / e:6.1f} texts/s ({e / ebase:4.2f}× s8 time)"
+            row += f"e2e {len(texts['sentences']) / e:6.1f} texts/s"
+            row += f" ({e / ebase:4.2f}× s8 time)" if ebase else ""
             lines.append(row)
     return lines
 

@@ -44,17 +44,28 @@ def peers_parser(module: str, out: str) -> argparse.ArgumentParser:
     parser.add_argument("--engines", default="cpu,auto")
     parser.add_argument("--streams", default="1",
                         help="streams each engine runs with, a comma list (1, 2, auto)")
+    parser.add_argument("--quantize", default="none",
+                        help="bertonnx's exports, a comma list (none, int8): each runs on "
+                             "each engine")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
-def bertonnx_loads(engines: str, streams: str) -> dict[str, dict]:
-    """Each engine × streams of the options as `load`'s keywords, by the row's name."""
+def export_folder(out: Path, quantize: str) -> Path:
+    """Where a peers' bench keeps bertonnx's export of one precision (`--quantize`)."""
+    return out / ("export" if quantize == "none" else f"export-{quantize}")
+
+
+def bertonnx_loads(engines: str, streams: str, quantize: str) -> dict[str, tuple]:
+    """Each export × engine × streams of the options, by the row's name: (the export's folder
+    under --out, `load`'s keywords)."""
     out = {}
-    for e in engines.split(","):
-        for s in streams.split(","):
-            n = s if s == "auto" else int(s)
-            out[e if n == 1 else f"{e}, streams {n}"] = {"providers": e, "streams": n}
+    for q in quantize.split(","):
+        for e in engines.split(","):
+            for s in streams.split(","):
+                n = s if s == "auto" else int(s)
+                name = (e if q == "none" else f"{q} {e}") + ("" if n == 1 else f", streams {n}")
+                out[name] = (q, {"providers": e, "streams": n})
     return out
 
 
