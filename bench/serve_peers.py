@@ -1,10 +1,11 @@
 """Embedding servers under the same varied load: `bertonnx serve` against infinity.
 
-    python -m bertonnx.bench.serve_peers DIR [--bertonnx "FLAGS" ...]
+    python -m bertonnx.bench.serve_peers DIR [DIR ...] [--bertonnx "FLAGS" ...]
         [--infinity PYTHON --infinity-run "FOLDER ARGS" ...]
         [--per-request 1,8] [--clients 16] [--seconds 20] [--rounds 5] [--json out.json]
 
-DIR is a feature-extraction export. PYTHON is an interpreter with `infinity_emb` installed (a
+Each DIR is a feature-extraction export (the fp32 and int8 exports of one model, say), served
+with each `--bertonnx` FLAGS (default: none); with several, a row names its folder. PYTHON is an interpreter with `infinity_emb` installed (a
 bench-only peer with pins of its own: docs/benchmarks.md has its venv); each `--infinity-run`
 serves FOLDER (a Hugging Face folder; for `--engine optimum` one holding its ONNX file) with
 infinity's flags ARGS, e.g. "onnx-int8/ --engine optimum --pooling-method mean". infinity runs
@@ -82,10 +83,11 @@ end
 @dataclass(frozen=True)
 class Peer:
     name: str
-    argv: list[str] | None      # None: `bertonnx serve DIR` with `flags`
+    argv: list[str] | None      # None: `bertonnx serve export` with `flags`
     flags: list[str]
     route: str
     cwd: str = "."
+    export: str = ""
 
 
 class External(Server):
@@ -159,18 +161,20 @@ def wrk(url: str, route: str, body_file: Path, clients: int, seconds: int) -> di
     return json.loads(line[len("RESULT "):])
 
 
-def start(peer: Peer, export: str) -> Server:
+def start(peer: Peer) -> Server:
     if peer.argv is None:
-        return Server(export, peer.flags)
+        return Server(peer.export, peer.flags)
     (port,) = free_ports("127.0.0.1", 1)
     argv = [a.replace("{port}", str(port)) for a in peer.argv]
     return External(argv, f"http://127.0.0.1:{port}", "/health", peer.cwd)
 
 
 def peers_from(args) -> list[Peer]:
-    found = [Peer("bertonnx serve " + (flags or "(defaults)"), None,
-                  ["--name", MODEL, *shlex.split(flags)], "/v1/embeddings")
-             for flags in args.bertonnx or [""]]
+    named = len(args.exports) > 1
+    found = [Peer("bertonnx serve " + (f"{Path(export).name} " if named else "")
+                  + (flags or "(defaults)"), None, ["--name", MODEL, *shlex.split(flags)],
+                  "/v1/embeddings", export=export)
+             for export in args.exports for flags in args.bertonnx or [""]]
     for run in args.infinity_run or []:
         folder, *flags = shlex.split(run)
         found.append(Peer(
@@ -184,7 +188,7 @@ def peers_from(args) -> list[Peer]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("export")
+    ap.add_argument("exports", nargs="+", metavar="DIR")
     ap.add_argument("--bertonnx", action="append",
                     help="flags for one bertonnx serve configuration (repeat; default: none)")
     ap.add_argument("--infinity", help="a Python with infinity_emb installed")
@@ -216,7 +220,7 @@ def main(argv=None) -> int:
     want = reference_embeddings(args.reference, texts) if args.reference else None
     for r in range(args.rounds):
         for peer in peers[r % len(peers):] + peers[:r % len(peers)]:
-            server = start(peer, args.export)
+            server = start(peer)
             try:
                 wrk(server.url, peer.route, files[sizes[0]], 4, 3)   # warm-up, not counted
                 for size in sizes:

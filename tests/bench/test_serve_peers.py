@@ -84,13 +84,26 @@ def test_the_bench_serves_a_tiny_export_and_reports_each_size(tiny_export, tiny_
 
 
 def test_infinity_runs_in_its_folder_with_the_flags_given(tmp_path):
-    args = SimpleNamespace(bertonnx=None, infinity="/venv/bin/python",
+    args = SimpleNamespace(exports=["e/fp32"], bertonnx=None, infinity="/venv/bin/python",
                            infinity_run=[f"{tmp_path} --engine optimum --pooling-method mean"])
     (plain, infinity) = serve_peers.peers_from(args)
     assert plain.argv is None and plain.flags == ["--name", serve_peers.MODEL]
+    assert (plain.name, plain.export) == ("bertonnx serve (defaults)", "e/fp32")
     assert infinity.cwd == str(tmp_path) and infinity.route == "/v1/embeddings"
     argv = infinity.argv
     assert argv[:4] == ["/venv/bin/python", "-m", "infinity_emb.cli", "v2"]
     assert argv[argv.index("--model-id") + 1] == "."
     assert argv[-4:] == ["--engine", "optimum", "--pooling-method", "mean"]
     assert "{port}" in argv and argv[argv.index("--url-prefix") + 1] == "/v1"
+
+
+def test_each_export_is_served_with_each_flags_and_named_by_its_folder():
+    args = SimpleNamespace(exports=["e/fp32", "e/int8"], bertonnx=["", "--workers 2"],
+                           infinity=None, infinity_run=None)
+    assert [(p.name, p.export, p.flags) for p in serve_peers.peers_from(args)] == [
+        ("bertonnx serve fp32 (defaults)", "e/fp32", ["--name", serve_peers.MODEL]),
+        ("bertonnx serve fp32 --workers 2", "e/fp32", ["--name", serve_peers.MODEL,
+                                                       "--workers", "2"]),
+        ("bertonnx serve int8 (defaults)", "e/int8", ["--name", serve_peers.MODEL]),
+        ("bertonnx serve int8 --workers 2", "e/int8", ["--name", serve_peers.MODEL,
+                                                       "--workers", "2"])]
