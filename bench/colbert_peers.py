@@ -13,8 +13,9 @@ per --quantize precision: int8 is this CPU's default recipe) and encodes the sam
 each engine (batch 32, best of 3), each beside whether every text kept the same number of
 tokens, its largest difference from PyLate's fp32 vectors, and its token vectors' cosine to
 them (mean and worst over every token of every text: int8's error is a direction, not a bound).
-Ratios are to PyLate's fastest configuration. The two libraries run one after the other, not interleaved: run it on a quiet
-machine. Documents: English prose passages of 20-200 words (inputs.py).
+Ratios are to PyLate's fastest configuration. The two libraries run one after the other, not
+interleaved: run it on a quiet machine. Documents: English prose passages of 20-200 words
+(inputs.py).
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ vocabulary) made a BGE-M3 folder with seeded colbert_linear.pt (384 -> 384) and 
 measures speed and parity, not retrieval quality. FlagEmbedding 1.4.2 runs in the references'
 environment (tests/references.py, under $BERTONNX_TEST_CACHE), which builds the folder and keeps
 FlagEmbedding's outputs; bertonnx then exports the folder (once per --quantize precision: int8
-is this CPU's default recipe); then, in the references' environment
-again (it reads bertonnx through the suite's site-packages), FlagEmbedding's
+is this CPU's default recipe); then, in the references' environment again (it reads bertonnx
+through the suite's site-packages), FlagEmbedding's
 `encode(docs, return_dense=True, return_sparse=True, return_colbert_vecs=True)` on CPU (fp32:
 FlagEmbedding casts a CPU model to float) at each of BATCH_SIZES and bertonnx on each engine
 (batch 32) are timed in turns, ROUNDS rounds, best of each — on a shared machine a neighbour's
@@ -20,7 +20,8 @@ load then falls on every contender alike. FlagEmbedding's fastest batch size is 
 compared (so cast, it has no bf16 configuration on the CPU); each bertonnx engine is shown
 beside how many texts kept FlagEmbedding's lexical ids and colbert token count, its largest
 difference from FlagEmbedding's dense vectors, (on those texts) from its lexical weights and
-colbert vectors, and the cosines an int8 graph is judged by (Accuracy). Passages: English prose of 20-200 words (inputs.py).
+colbert vectors, and the cosines an int8 graph is judged by (Accuracy). Passages: English
+prose of 20-200 words (inputs.py).
 """
 from __future__ import annotations
 
@@ -133,9 +134,7 @@ def _accuracy(got: list[dict], ref: dict) -> Accuracy:
     for i, g in enumerate(got):
         weights = {e["index"]: e["value"] for e in g["lexical_weights"]}
         theirs = dict(zip(ref[f"sparse_ids{i}"].tolist(), ref[f"sparse_values{i}"].tolist()))
-        sparse_cosine = min(sparse_cosine, _cosine(*(np.array([w.get(k, 0.0) for k in
-                                                                sorted(weights | theirs)])
-                                                      for w in (weights, theirs))))
+        sparse_cosine = min(sparse_cosine, _sparse_cosine(weights, theirs))
         vecs, ref_vecs = g["colbert_vecs"], ref[f"colbert{i}"]
         if vecs.shape != ref_vecs.shape:
             continue
@@ -148,6 +147,15 @@ def _accuracy(got: list[dict], ref: dict) -> Accuracy:
     return Accuracy(same, float(np.abs(dense - ref["dense"]).max()), sparse, colbert,
                     float(_cosine(dense, ref["dense"]).min()), float(sparse_cosine),
                     np.concatenate(tokens))
+
+
+def _sparse_cosine(a: dict, b: dict) -> float:
+    """The cosine of two {id: weight} vectors: 1 when both are empty (the same answer), 0 when
+    one is (nothing in common), never NaN — a NaN would drop out of the running minimum."""
+    if not a or not b:
+        return float(not a and not b)
+    ids = sorted(a.keys() | b.keys())
+    return float(_cosine(*(np.array([w.get(k, 0.0) for k in ids]) for w in (a, b))))
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -5,8 +5,9 @@
         [--per-request 1,8] [--clients 16] [--seconds 20] [--rounds 5] [--json out.json]
 
 Each DIR is a feature-extraction export (the fp32 and int8 exports of one model, say), served
-with each `--bertonnx` FLAGS (default: none); with several, a row names its folder. PYTHON is an interpreter with `infinity_emb` installed (a
-bench-only peer with pins of its own: docs/benchmarks.md has its venv); each `--infinity-run`
+with each `--bertonnx` FLAGS (default: none); with several, a row names its folder. PYTHON is
+an interpreter with `infinity_emb` installed (a bench-only peer with pins of its own:
+docs/benchmarks.md has its venv); each `--infinity-run`
 serves FOLDER (a Hugging Face folder; for `--engine optimum` one holding its ONNX file) with
 infinity's flags ARGS, e.g. "onnx-int8/ --engine optimum --pooling-method mean". infinity runs
 in FOLDER with `--model-id .` (its optimum engine fails on an absolute path with optimum 2.x)
@@ -202,6 +203,9 @@ def main(argv=None) -> int:
                     "of each server against it")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    names = [Path(d).name for d in args.exports]
+    if len(set(names)) < len(names):
+        ap.error(f"the exports' folder names each name a row, and repeat: {', '.join(names)}")
     if args.infinity_run and not args.infinity:
         ap.error("--infinity-run needs --infinity PYTHON (an interpreter with infinity_emb)")
     sizes = [int(s) for s in args.per_request.split(",")]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertonnx.bench import references
-from bertonnx.bench.m3_peers import _accuracy
+from bertonnx.bench.m3_peers import _accuracy, _sparse_cosine
 
 
 def test_every_export_runs_on_every_engine_and_stream_count():
@@ -69,3 +69,10 @@ def test_a_moved_id_and_a_turned_token_are_measured_not_dropped():
     assert a.token_cosine.min() == pytest.approx(0.0, abs=1e-6)
     assert np.sort(a.token_cosine)[1:] == pytest.approx(np.ones(7), abs=1e-6)
     assert a.colbert == pytest.approx(float(np.abs(got[1]["colbert_vecs"][0] - v).max()))
+
+
+def test_a_text_whose_lexical_weights_vanish_scores_zero_not_nan():
+    ref, got = _reference(np.random.default_rng(2))
+    got[1]["lexical_weights"] = []   # FlagEmbedding kept two ids for it
+    assert _accuracy(got, ref).sparse_cosine == 0.0
+    assert _sparse_cosine({}, {}) == 1.0   # both empty: the same answer

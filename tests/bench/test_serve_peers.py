@@ -107,3 +107,11 @@ def test_each_export_is_served_with_each_flags_and_named_by_its_folder():
         ("bertonnx serve int8 (defaults)", "e/int8", ["--name", serve_peers.MODEL]),
         ("bertonnx serve int8 --workers 2", "e/int8", ["--name", serve_peers.MODEL,
                                                        "--workers", "2"])]
+
+
+def test_two_exports_of_one_folder_name_are_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        serve_peers.main(["a/export", "b/export"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("the exports' folder names each name a row, and repeat: export, export")
