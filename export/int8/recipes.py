@@ -157,12 +157,17 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
     else:
         r = recipe(name)
         if r.method == "dynamic" and r.smooth:
-            proto, n = smooth.smooth(proto, calibration_feeds(tokenizer, name), scratch,
-                                     attention=r.smooth_attention)
-            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
+            proto, n, outliers = smooth.smooth(proto, calibration_feeds(tokenizer, name),
+                                               scratch, attention=r.smooth_attention)
+            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention,
+                                    keep_fp32=tuple(outliers))
             what = "MatMuls and Attention inputs" if r.smooth_attention else "MatMuls"
             info["smoothing"] = (f"SmoothQuant (alpha {smooth.ALPHA}) of {n} {what}, "
                                  "activation maxima on export/texts.py's sentences")
+            if outliers:
+                info["fp32_matmuls"] = (f"{len(outliers)} left fp32, an input channel "
+                                        f"≥ {smooth.OUTLIER:g}× its median: "
+                                        + ", ".join(outliers))
         elif r.method == "dynamic":
             q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
         elif r.method == "nbits":

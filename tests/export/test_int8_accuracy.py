@@ -29,9 +29,9 @@ def test_smoothing_the_attention_input_keeps_the_outputs(tiny_export, tmp_path):
 
     feeds = calibration_feeds(load_tokenizer(folder))
     proto = onnx.load(str(folder / MODEL_NAME))
-    plain, n_plain = smooth.smooth(onnx.ModelProto.FromString(proto.SerializeToString()),
+    plain, n_plain, _ = smooth.smooth(onnx.ModelProto.FromString(proto.SerializeToString()),
                                    feeds, tmp_path)
-    both, n = smooth.smooth(proto, feeds, tmp_path, attention=True)
+    both, n, _ = smooth.smooth(proto, feeds, tmp_path, attention=True)
     attention = [x for x in both.graph.node if x.op_type == "Attention"]
     assert n == n_plain + len(attention) and attention
     made = {o for x in both.graph.node if x.op_type == "Mul" for o in x.output}
@@ -69,3 +69,20 @@ def test_real_minilm_is_as_close_to_fp32_as_ctranslate2_int8(minilm_dir, tmp_pat
         a, b = np.asarray(fp32(texts)), np.asarray(int8(texts))
         cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         assert cos.mean() >= 0.995 and cos.min() >= WORST[name], (cos.mean(), cos.min())
+
+
+def test_the_recipe_leaves_outlier_matmuls_fp32_and_records_them(tiny_checkpoint, tmp_path,
+                                                                  monkeypatch):
+    # the tiny model's inputs have no channel 50x its median (real MPNet's do: test_mpnet_real);
+    # at a threshold of 1 every MatMul's input qualifies, and all of them must stay fp32
+    monkeypatch.setattr(smooth, "OUTLIER", 1.0)
+    m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "q",
+                     ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv"))
+    graph = onnx.load(str(tmp_path / "q" / MODEL_NAME), load_external_data=False).graph
+    kept = [n.name for n in graph.node if n.op_type == "MatMul"]
+    record = m.quantization["fp32_matmuls"]
+    assert kept and record.startswith(f"{len(kept)} left fp32, an input channel ≥ 1× its median")
+    assert all(name in record for name in kept)
+    assert not any(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in graph.node)
+    assert any(n.op_type == "QAttention" for n in graph.node)  # the Attention is still int8
+    assert m.parity["passed"]

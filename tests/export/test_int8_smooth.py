@@ -33,7 +33,8 @@ def test_smoothed_graph_keeps_its_outputs_and_scales_a_shared_weight_once(tiny_e
     assert max(readers.values()) == 2  # the case under test is there
     before = _outputs(folder / MODEL_NAME, feeds)
 
-    smoothed, n = smooth.smooth(proto, feeds, tmp_path)
+    smoothed, n, outliers = smooth.smooth(proto, feeds, tmp_path)
+    assert outliers == []  # tiny random weights: no channel near OUTLIER x its median
     assert n == sum(readers.values())  # every MatMul, each with its own Mul
     inverses = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer
                 if i.name.endswith("_smooth_inverse")}
@@ -60,9 +61,37 @@ def test_calibration_leaves_the_weights_in_the_graph_and_smooths_it_in_place(tin
     original = {i.name: bytes(i.raw_data) for i in proto.graph.initializer}
     scaled = {n.input[1] for n in proto.graph.node if n.op_type == "MatMul"}
 
-    smoothed, n = smooth.smooth(proto, feeds, tmp_path)
+    smoothed, n, _ = smooth.smooth(proto, feeds, tmp_path)
     assert smoothed is proto and n > 0
     now = {i.name: bytes(i.raw_data) for i in proto.graph.initializer}
     assert all(now[k] == v for k, v in original.items() if k not in scaled)
     assert all(now[k] and now[k] != original[k] for k in scaled)
     assert not any(p.suffix == ".data" for p in tmp_path.rglob("*"))  # the scratch copy is gone
+
+
+def test_a_matmul_whose_input_has_an_outlier_channel_is_left_fp32_unsmoothed(tmp_path):
+    # x -> MatMul(a) -> y -> MatMul(b): x's channel 0 runs 100x the others (over OUTLIER), y's
+    # channels are alike; only b is smoothed, and a is named to stay fp32
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "a"], ["y"], name="first"),
+         onnx.helper.make_node("MatMul", ["y", "b"], ["z"], name="second")], "toy",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 8])],
+        [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [None, 8])],
+        [onnx.numpy_helper.from_array(a, "a"), onnx.numpy_helper.from_array(b, "b")])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    x = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float32)
+    x[:, 0] *= 100
+    feeds = [{"x": x}]
+    assert 100 * 0.5 / 1.0 >= smooth.OUTLIER  # the case under test: channel 0 is an outlier
+    smoothed, n, outliers = smooth.smooth(proto, feeds, tmp_path)
+    assert (n, outliers) == (1, ["first"])
+    muls = [node for node in smoothed.graph.node if node.op_type == "Mul"]
+    assert [m.output[0] for m in muls] == [next(node.input[0] for node in smoothed.graph.node
+                                                if node.name == "second")]
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer}
+    np.testing.assert_array_equal(inits["a"], a)  # untouched: it stays fp32 as it was
+    save_model(smoothed, tmp_path / "toy.onnx")
+    np.testing.assert_allclose(_outputs(tmp_path / "toy.onnx", feeds)[0], x @ a @ b,
+                               rtol=1e-5, atol=1e-3)
