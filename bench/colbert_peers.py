@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import references
+from .retrieval import cosines  # each token vector's cosine
 
 BATCH_SIZES = (16, 32, 64)   # PyLate's, each timed: the fastest is compared
 
@@ -56,7 +57,7 @@ def _reference(out: Path, threads: int, n: int) -> None:
            for v in model.encode(docs, is_query=False, batch_size=32)]
     kept = [(a, b) for a, b in zip(low, vectors) if a.shape == b.shape]
     worst_bf16 = max(float(np.abs(a - b).max()) for a, b in kept)
-    cosine_bf16 = np.concatenate([_token_cosines(a, b) for a, b in kept])
+    cosine_bf16 = np.concatenate([cosines(a, b) for a, b in kept])
     np.savez(out / "pylate.npz", seconds=best, seconds_bf16=best_bf16, worst_bf16=worst_bf16,
              cosine_bf16=cosine_bf16, **{f"d{i}": v for i, v in enumerate(vectors)})
 
@@ -109,17 +110,11 @@ def main(argv: list[str] | None = None) -> None:
         got = pipe(docs, batch_size=32)
         kept = [(g, ref[f"d{i}"]) for i, g in enumerate(got) if g.shape == ref[f"d{i}"].shape]
         worst = max(float(np.abs(g - r).max()) for g, r in kept)
-        cosine = np.concatenate([_token_cosines(g, r) for g, r in kept])
+        cosine = np.concatenate([cosines(g, r) for g, r in kept])
         ours = args.documents / best
         print(f"{'bertonnx ' + engine:<34}{ours:>9.1f}{ours / rate:>10.2f}  "
               f"{str(len(kept) == len(got)):<11}  {worst:.2e}   "
               f"{cosine.mean():.4f} / {cosine.min():.4f}")
-
-
-def _token_cosines(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Each token vector's cosine to the reference's (rows of two (tokens, dim) arrays)."""
-    dot = (got * ref).sum(axis=1)
-    return dot / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
 
 
 if __name__ == "__main__":

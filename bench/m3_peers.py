@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from . import references
+from .retrieval import cosines
 
 BATCH_SIZES = (8, 32, 128)
 ROUNDS = 3
@@ -138,29 +139,22 @@ def _accuracy(got: list[dict], ref: dict) -> Accuracy:
         vecs, ref_vecs = g["colbert_vecs"], ref[f"colbert{i}"]
         if vecs.shape != ref_vecs.shape:
             continue
-        tokens.append(_cosine(vecs, ref_vecs))
+        tokens.append(cosines(vecs, ref_vecs))
         if sorted(weights) != sorted(theirs):
             continue
         same += 1
         sparse = max(sparse, max((abs(weights[k] - theirs[k]) for k in weights), default=0.0))
         colbert = max(colbert, float(np.abs(vecs - ref_vecs).max()))
     return Accuracy(same, float(np.abs(dense - ref["dense"]).max()), sparse, colbert,
-                    float(_cosine(dense, ref["dense"]).min()), float(sparse_cosine),
+                    float(cosines(dense, ref["dense"]).min()), float(sparse_cosine),
                     np.concatenate(tokens))
 
 
 def _sparse_cosine(a: dict, b: dict) -> float:
-    """The cosine of two {id: weight} vectors: 1 when both are empty (the same answer), 0 when
-    one is (nothing in common), never NaN — a NaN would drop out of the running minimum."""
-    if not a or not b:
-        return float(not a and not b)
+    """The cosine of two {id: weight} vectors over the ids of both (retrieval.cosines: 1 when
+    both are empty, 0 when one is — never a NaN, which would drop out of the running minimum)."""
     ids = sorted(a.keys() | b.keys())
-    return float(_cosine(*(np.array([w.get(k, 0.0) for k in ids]) for w in (a, b))))
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The cosine of each row of a to the same row of b (of two vectors: one number)."""
-    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return float(cosines(*(np.array([[w.get(k, 0.0) for k in ids]]) for w in (a, b)))[0])
 
 
 def main(argv: list[str] | None = None) -> None:
