@@ -3,10 +3,12 @@ for the CPU at hand. The session factory (session.py) reads this table; nothing 
 engine by name.
 
     cpu       onnxruntime's CPU kernels (MLAS): every graph (fp32, dynamic int8, fp16 widened)
-    openvino  Intel's OpenVINO through onnxruntime's plugin (`pip install 'bertonnx[openvino]'`,
-              onnxruntime-ep-openvino): fp32 graphs, at f32 or bf16 (AMX-BF16, AVX512-BF16);
-              the fused graph's com.microsoft ops (Attention, EmbedLayerNormalization, BiasGelu)
-              all run there, so one graph serves both engines (docs/engines.md)
+    openvino  Intel's OpenVINO (`pip install 'bertonnx[openvino]'`): fp32 graphs, at f32 or bf16
+              (AMX-BF16, AVX512-BF16); the fused graph's com.microsoft ops (Attention,
+              EmbedLayerNormalization, BiasGelu) all run there, so one graph serves both
+              engines (docs/engines.md). On Intel CPUs through onnxruntime's plugin
+              (onnxruntime-ep-openvino, measured there); elsewhere, where that plugin offers
+              no device, through OpenVINO's own runtime (openvino_runtime.py)
     cuda, tensorrt   onnxruntime-gpu's providers
 
 What users type (`providers=`, `--providers`, else the environment's BERTONNX_PROVIDERS, else
@@ -35,7 +37,7 @@ import onnxruntime as ort
 from . import defaults
 from .batches import MAX_BATCH_TOKENS
 from .contract import BF16_MIN_MEAN_COSINE
-from .cpu import this_kind, usable_cpus
+from .cpu import cpu_flags, cpuinfo_field, this_kind, usable_cpus
 from .errors import ConfigError
 from .once import first_time
 
@@ -89,10 +91,12 @@ FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 
 # What `auto` tries on each kind of CPU (cpu.py target_kind), best first; the first whose
 # conditions hold (extra installed, fp32 graph, the manifest's gate passed) runs. Elsewhere the
-# CPU provider: on AVX2 and AVX-512 VNNI it is bertonnx's measured fastest
-# (docs/benchmarks-history.md, AMD Zen 3 and Zen 4).
+# CPU provider: on AVX2 it is bertonnx's measured fastest (docs/benchmarks-history.md, Zen 3).
 AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
+    # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 2.1x the CPU provider model-only,
+    # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there
+    "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }
 DEFAULT_AUTO = (("cpu", "f32"),)
 
@@ -207,11 +211,18 @@ def _checked(choice: Choice, e: Engine) -> Choice:
 
 
 def openvino_devices() -> tuple:
-    """onnxruntime's OpenVINO CPU device, the plugin registered on first use."""
+    """onnxruntime's OpenVINO CPU device, the plugin registered on first use; () where
+    OpenVINO's own runtime runs the engine (openvino_runtime())."""
     devices, problem = _openvino()
     if problem is not None:
         raise ConfigError(*problem)
     return devices
+
+
+def openvino_runtime() -> bool:
+    """Whether the openvino engine runs on OpenVINO's own runtime here (a CPU onnxruntime's
+    plugin takes no device of) rather than through onnxruntime's plugin."""
+    return openvino_devices() == ()
 
 
 # Once per process, the failure too: onnxruntime refuses a second registration of the same
@@ -219,9 +230,30 @@ def openvino_devices() -> tuple:
 @functools.cache
 def _openvino() -> tuple[tuple, tuple[str, str] | None]:
     try:
+        if not _intel():
+            return _find_runtime(), None
         return _find_openvino(), None
     except ConfigError as err:
         return (), (err.problem, err.fix)
+
+
+def _intel() -> bool:
+    # onnxruntime's OpenVINO plugin (its ov_factory.cc) skips every CPU whose vendor is not
+    # Intel (microsoft/onnxruntime#31981); there OpenVINO's own runtime runs the engine, and
+    # the plugin is never loaded beside it (each brings its own libopenvino)
+    return cpuinfo_field("vendor_id") in (None, "GenuineIntel")
+
+
+def _find_runtime() -> tuple:  # () once OpenVINO's own runtime imports and has its CPU
+    try:
+        # the openvino extra's (180 MB, optional): imported only where this engine runs
+        import openvino
+    except ImportError:
+        raise ConfigError("the openvino engine needs the openvino extra",
+                          ENGINES["openvino"].install) from None
+    if "CPU" not in openvino.Core().available_devices:
+        raise ConfigError("OpenVINO found no CPU device it supports here", "use --providers cpu")
+    return ()
 
 
 def _find_openvino() -> tuple:
@@ -244,22 +276,22 @@ def _find_openvino() -> tuple:
                     if d.ep_name == e.provider and d.ep_metadata.get("ov_device") == "CPU"
                     and "ov_meta_device" not in d.ep_metadata)
     if not devices:
-        vendors = {d.device.vendor for d in ort.get_ep_devices()
-                   if d.device.type == ort.OrtHardwareDeviceType.CPU}
-        # onnxruntime's OpenVINO plugin (its ov_factory.cc) skips every device whose vendor is
-        # not Intel, though OpenVINO itself runs on AMD CPUs: microsoft/onnxruntime#31981
-        foreign = ", ".join(sorted(v for v in vendors if v and "intel" not in v.lower()))
-        raise ConfigError(
-            f"OpenVINO's onnxruntime plugin offers no device for this {foreign} CPU (it takes "
-            "Intel's only: microsoft/onnxruntime#31981)" if foreign else
-            "OpenVINO found no CPU device it supports here", "use --providers cpu")
+        raise ConfigError("OpenVINO found no CPU device it supports here", "use --providers cpu")
     return devices
 
 
 def has_bf16() -> bool:
     """Whether OpenVINO computes in bf16 here (it runs f32 when asked for bf16 otherwise)."""
-    caps = openvino_devices()[0].ep_metadata.get("OPTIMIZATION_CAPABILITIES", "")
-    return "BF16" in caps.split()
+    return "BF16" in _capabilities()
+
+
+@functools.cache
+def _capabilities() -> tuple[str, ...]:
+    devices = openvino_devices()
+    if devices:
+        return tuple(devices[0].ep_metadata.get("OPTIMIZATION_CAPABILITIES", "").split())
+    import openvino   # present: openvino_devices() raised otherwise
+    return tuple(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def installed(name: str) -> bool:
@@ -288,14 +320,19 @@ def runnable(quantization: str) -> list[str]:
     return keys
 
 
-def openvino_options(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
-    """The plugin's provider options: OpenVINO's own settings go in its `load_config`."""
+def openvino_config(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
+    """OpenVINO's CPU settings for a session (either way the engine runs)."""
     cpu = {"INFERENCE_PRECISION_HINT": precision}
     if threads:
         cpu["INFERENCE_NUM_THREADS"] = str(threads)
     if streams > 1:   # the threads split between streams, each running one call
         cpu.update(PERFORMANCE_HINT="THROUGHPUT", NUM_STREAMS=str(streams))
-    return {"load_config": json.dumps({"CPU": cpu})}
+    return cpu
+
+
+def openvino_options(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
+    """The plugin's provider options: OpenVINO's own settings go in its `load_config`."""
+    return {"load_config": json.dumps({"CPU": openvino_config(precision, threads, streams)})}
 
 
 def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
@@ -340,14 +377,22 @@ def _passed(engines: dict, key: str) -> bool:
     return bool(engines.get(key, {}).get("passed"))
 
 
+# where auto takes OpenVINO bf16 for an fp32 export: the CPU feature and what it bought
+# model-only (docs/engines.md: Xeon with AMX; AMD EPYC Zen 4)
+GAINS = {"amx": ("AMX", "4x"), "avx512-vnni": ("AVX512-BF16", "2x")}
+
+
 def _advise(kind: str | None, quantization: str, engines: dict, where: str) -> None:
     """One INFO line per process where a faster exact engine is one step away."""
-    if kind != "amx" or quantization != "none" or not first_time("engine-advice", kind):
+    if kind not in GAINS or quantization != "none" or (kind == "avx512-vnni" and "avx512_bf16"
+                                                       not in cpu_flags()):  # Ice Lake: no bf16
+        return
+    if not first_time("engine-advice", kind):
         return
     if not installed("openvino"):
-        log.info("this CPU has AMX: OpenVINO bf16 runs fp32 exports about 4x faster "
+        log.info("this CPU has %s: OpenVINO bf16 runs fp32 exports about %s faster "
                  "model-only at mean cosine >= %s to fp32 (docs/engines.md) — %s",
-                 BF16_MIN_MEAN_COSINE, ENGINES["openvino"].install)
+                 *GAINS[kind], BF16_MIN_MEAN_COSINE, ENGINES["openvino"].install)
     elif "openvino:bf16" not in engines and not _shipped(where):
         log.info("%s has no OpenVINO parity record, so auto keeps onnxruntime's CPU kernels — "
                  "export it again with bertonnx[openvino] installed, or pass "

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import numpy as np
 import onnxruntime as ort
 
-from . import engines, pages
+from . import engines, openvino_runtime, pages
 from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
 from .bounds import check_streams, check_threads
@@ -169,6 +169,9 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         opts.inter_op_num_threads = 1
     opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
     session_providers = list(config.providers)
+    name = "the graph" if isinstance(model, bytes) else str(model)
+    if config.engine == "openvino" and engines.openvino_runtime():
+        return _runtime_session(model, name, config)
     if config.engine == "openvino":
         # a plugin EP is added by device, not by name; a graph it cannot take whole is an
         # error, not a silent split with the CPU provider (which the precision would not cover)
@@ -177,7 +180,6 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
                                       engines.openvino_options(config.precision, threads,
                                                                 config.streams))
         session_providers = None
-    name = "the graph" if isinstance(model, bytes) else str(model)
     try:
         inner = ort.InferenceSession(model if isinstance(model, bytes) else str(model),
                                      sess_options=opts, providers=session_providers,
@@ -193,5 +195,21 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
         raise ArtifactError(f"onnxruntime cannot load {name} ({str(e).splitlines()[0][:200]})",
                             "export the model again") from e
     if config.engine == "openvino" and not isinstance(model, bytes):
+        pages.release(model)   # OpenVINO compiled its own weights: the file's pages are idle
+    return Session(inner, config)
+
+
+def _runtime_session(model: str | Path | bytes, name: str, config: SessionConfig) -> Session:
+    """The openvino engine on OpenVINO's own runtime (a CPU onnxruntime's plugin skips)."""
+    try:
+        inner = openvino_runtime.compile_model(
+            model, engines.openvino_config(config.precision, config.threads, config.streams))
+    except Exception as e:  # OpenVINO raises RuntimeError for a graph its frontend cannot take
+        # its message is a C++ trace; the line that says why names the ops it lacks
+        lines = [x.strip("- ") for x in str(e).splitlines() if x.strip()]
+        why = next((x for x in lines if "operations" in x), lines[-1] if lines else "")
+        raise ConfigError(f"OpenVINO cannot run every op of {name} ({why[:200]})",
+                          "use an fp32 export with openvino, or --providers cpu") from e
+    if not isinstance(model, bytes):
         pages.release(model)   # OpenVINO compiled its own weights: the file's pages are idle
     return Session(inner, config)

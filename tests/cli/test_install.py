@@ -216,9 +216,10 @@ def test_the_2020s_families_from_the_wheel(user_venv, tiny_export, model_type):
 def test_the_openvino_extra_from_the_wheel(user_venv, tiny_export):
     """Last in this module (it adds the extra to the user's venv, which the tests above see
     without it): without the extra `--providers openvino` is one line naming it; with it, the
-    torch-free install runs the export on OpenVINO f32 with the checkout's CPU answers (on a
-    CPU onnxruntime's OpenVINO plugin skips, non-Intel ones, the one line saying so), and
-    `auto` picks what the export proved for this CPU."""
+    torch-free install runs the export on OpenVINO f32 with the checkout's CPU answers (through
+    onnxruntime's plugin on Intel CPUs, OpenVINO's own runtime elsewhere; on a CPU OpenVINO
+    offers no device for, the one line saying so), and `auto` picks what the export proved for
+    this CPU."""
     bin_, _ = user_venv
     folder = tiny_export(EMB, parity=True)
     texts = ["the cat sat on the mat", "london music"]
@@ -231,7 +232,7 @@ def test_the_openvino_extra_from_the_wheel(user_venv, tiny_export):
                cwd=bin_)
     assert pip.returncode == 0, pip.stderr[-3000:]
     want = load(folder, providers="cpu")(texts)
-    if (why := engines.unavailable("openvino")):  # a CPU the plugin skips (AMD): one line
+    if (why := engines.unavailable("openvino")):  # a CPU OpenVINO takes no device of: one line
         r = _run([bin_ / "bertonnx", "embed", folder, *texts, "--providers", "openvino:f32"],
                  cwd=bin_)
         assert (r.returncode, r.stderr.strip()) == (2, f"bertonnx: error: {why}")

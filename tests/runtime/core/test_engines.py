@@ -64,11 +64,24 @@ def test_bare_openvino_without_a_parity_record_is_f32():
     assert engines.concrete("openvino").key == "openvino:f32"
 
 
-@pytest.mark.parametrize("kind", ["avx2", "avx512", "avx512-vnni", ""])  # "": Arm, old x86
+@pytest.mark.parametrize("kind", ["avx2", "avx512", ""])  # "": Arm, old x86
 def test_auto_keeps_the_cpu_provider_where_it_is_measured_fastest(kind, monkeypatch):
     monkeypatch.delenv(engines.ENVIRONMENT)
     c = engines.choose(None, quantization="none", engines=RECORD, kind=kind)
     assert c.key == "cpu:f32" and c.reason.startswith("auto")
+
+
+def test_auto_on_vnni_takes_openvino_bf16_only(monkeypatch):
+    """On AVX-512 VNNI (Zen 4, Ice Lake) OpenVINO pays only at bf16 (Zen 4's AVX512-BF16):
+    its f32 measured level with the CPU provider, so a failed bf16 gate or a CPU without bf16
+    keeps the CPU provider, never OpenVINO f32."""
+    monkeypatch.delenv(engines.ENVIRONMENT)
+    pick = lambda record, q="none": engines.choose(None, quantization=q, engines=record,  # noqa
+                                                   kind="avx512-vnni").key
+    assert pick(RECORD) == ("openvino:bf16" if BF16 else "cpu:f32")
+    assert pick({**RECORD, "openvino:bf16": {"passed": False}}) == "cpu:f32"
+    assert pick({}) == "cpu:f32"
+    assert pick(RECORD, "int8") == "cpu:f32"
 
 
 @needs_openvino
@@ -111,7 +124,7 @@ def test_the_environment_sets_the_default_and_an_argument_wins(monkeypatch):
 
 
 def test_without_the_extra_openvino_is_one_line_naming_it(tiny_export):
-    r = cli_without(("onnxruntime_ep_openvino",), "embed", tiny_export(EMB), "a cat",
+    r = cli_without(("onnxruntime_ep_openvino", "openvino"), "embed", tiny_export(EMB), "a cat",
                     "--providers", "openvino")
     assert r.returncode == 2
     assert r.stderr.strip() == ("bertonnx: error: the openvino engine needs the openvino "
@@ -199,16 +212,16 @@ def test_an_int8_graph_on_openvino_is_one_line(tiny_checkpoint, tmp_path):
     assert load(tmp_path / "q", providers="auto").session.config.engine == "cpu"
 
 
-def test_the_command_line_shows_the_advice_once_on_amx(tiny_export):
-    """Without the extra, `auto` on an fp32 export: on an AMX CPU one INFO line with the pip
-    command (the CLI shows it), elsewhere nothing."""
+def test_the_command_line_shows_the_advice_once_where_bf16_pays(tiny_export):
+    """Without the extra, `auto` on an fp32 export: on a CPU with AMX or AVX512-BF16 one INFO
+    line with the pip command (the CLI shows it), elsewhere nothing."""
     import os
     import subprocess
     import sys
 
-    from bertonnx.runtime.core.cpu import this_kind
+    from bertonnx.runtime.core.cpu import cpu_flags, this_kind
 
-    code = ("import sys; sys.modules['onnxruntime_ep_openvino'] = None\n"
+    code = ("import sys; sys.modules['onnxruntime_ep_openvino'] = sys.modules['openvino'] = None\n"
             "from bertonnx.runtime.cli import main\n"
             f"sys.exit(main(['embed', {str(tiny_export(EMB))!r}, 'a cat', 'a dog']))")
     env = {k: v for k, v in os.environ.items() if k != engines.ENVIRONMENT}
@@ -216,7 +229,7 @@ def test_the_command_line_shows_the_advice_once_on_amx(tiny_export):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("bertonnx: INFO:")]
-    if this_kind() == "amx":
+    if this_kind() == "amx" or (this_kind() == "avx512-vnni" and "avx512_bf16" in cpu_flags()):
         assert len(lines) == 1 and lines[0].endswith("pip install 'bertonnx[openvino]'"), lines
     else:
         assert lines == [], lines
