@@ -15,7 +15,7 @@ from bertonnx.runtime.core.contract import BF16_MIN_MEAN_COSINE, FP32_ATOL, MANI
 from bertonnx.runtime.core.errors import ConfigError
 
 from tests.conftest import CLS, EMB, FM, NER, QA, cli_without
-from tests.runtime._engines import BF16, NO_BF16, NO_OPENVINO, OPENVINO
+from tests.runtime._engines import BF16, NO_BF16, NO_OPENVINO, OPENVINO, padded_feeds
 
 needs_openvino = pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
 RECORD = {"openvino:f32": {"passed": True}, "openvino:bf16": {"passed": True}}
@@ -145,17 +145,6 @@ def test_openvino_s_answer_here_is_the_same_when_asked_again(tiny_export):
 
 # -- OpenVINO against the CPU provider --------------------------------------------------------
 
-def _feeds(session, batch, seq, seed):
-    """Right-padded random batches (row lengths 1..seq), the inputs the graph declares."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 60, (batch, seq))
-    mask = np.zeros((batch, seq), np.int64)
-    for i, n in enumerate(rng.integers(1, seq + 1, batch)):
-        mask[i, :n] = 1
-    ids[mask == 0] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-
-
 @needs_openvino
 @pytest.mark.parametrize("name", [FM, CLS, QA, NER, EMB])
 def test_openvino_f32_gives_the_cpu_providers_outputs(tiny_export, name):
@@ -164,7 +153,7 @@ def test_openvino_f32_gives_the_cpu_providers_outputs(tiny_export, name):
     cpu, ov = (load(tiny_export(name), providers=p) for p in ("cpu", "openvino:f32"))
     assert ov.session.config.engine == "openvino" and ov.session.config.precision == "f32"
     for seed, (b, s) in enumerate([(1, 1), (1, 7), (3, 5), (4, 33), (7, 16), (2, 64)]):
-        feeds = _feeds(cpu.session, b, s, seed)
+        feeds = padded_feeds(b, s, seed)
         want, got = cpu.session.run(feeds), ov.session.run(feeds)
         keep = feeds["attention_mask"].astype(bool)
         for name_ in want:

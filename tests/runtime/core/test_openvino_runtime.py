@@ -13,19 +13,10 @@ from bertonnx.runtime.core import engines
 from bertonnx.runtime.core.contract import FP32_ATOL
 
 from tests.conftest import CLS, EMB
+from tests.runtime._engines import padded_feeds
 
 openvino = pytest.importorskip("openvino", reason="the openvino extra is not installed")
 from bertonnx.runtime.core import openvino_runtime  # noqa: E402
-
-
-def _feeds(batch, seq, seed):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 60, (batch, seq))
-    mask = np.zeros((batch, seq), np.int64)
-    for i, n in enumerate(rng.integers(1, seq + 1, batch)):
-        mask[i, :n] = 1
-    ids[mask == 0] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
 def _pair(folder):
@@ -50,7 +41,7 @@ def test_its_answers_are_onnxruntime_s_over_padded_shapes(tiny_export):
     cpu, ov = _pair(tiny_export(EMB))
     names = [o.name for o in cpu.get_outputs()]
     for seed, (b, s) in enumerate([(1, 1), (3, 5), (4, 33), (2, 64)]):
-        feeds = {k: v for k, v in _feeds(b, s, seed).items()
+        feeds = {k: v for k, v in padded_feeds(b, s, seed).items()
                  if k in {i.name for i in cpu.get_inputs()}}
         keep = feeds["attention_mask"].astype(bool)
         for want, got in zip(cpu.run(names, feeds), ov.run(names, feeds)):
@@ -68,7 +59,7 @@ def test_calls_from_many_threads_each_get_their_own_answer(tiny_export):
     _, ov = _pair(tiny_export(EMB))
     names = [o.name for o in ov.get_outputs()]
     inputs = {i.name for i in ov.get_inputs()}
-    work = [{k: v for k, v in _feeds(1 + i % 4, 3 + 4 * i, i).items() if k in inputs}
+    work = [{k: v for k, v in padded_feeds(1 + i % 4, 3 + 4 * i, i).items() if k in inputs}
             for i in range(12)]
     alone = [ov.run(names, f) for f in work]
     with ThreadPoolExecutor(4) as pool:
@@ -86,7 +77,7 @@ def test_a_serialized_graph_compiles_as_its_file_does(tiny_export):
     graph = onnx.load(str(folder / "model.onnx")).SerializeToString()
     ov = openvino_runtime.compile_model(graph, engines.openvino_config("f32", 1))
     _, from_file = _pair(folder)
-    feeds = {k: v for k, v in _feeds(2, 9, 0).items()
+    feeds = {k: v for k, v in padded_feeds(2, 9, 0).items()
              if k in {i.name for i in ov.get_inputs()}}
     for a, b in zip(ov.run(None, feeds), from_file.run(None, feeds)):
         np.testing.assert_array_equal(a, b)
