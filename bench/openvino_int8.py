@@ -1,0 +1,134 @@
+"""Static int8 on OpenVINO (issue 41, item 3): NNCF's post-training quantization of bertonnx's
+fused fp32 graph, run by OpenVINO, against OpenVINO bf16 on the same graph and onnxruntime's
+int8 export, model only, one process (docs/engines.md, "Static int8 on OpenVINO").
+
+    python -m bertonnx.bench.openvino_int8 FP32_EXPORT INT8_EXPORT [--calibration 256]
+        [--rounds 7] [--threads 2]
+
+FP32_EXPORT and INT8_EXPORT: an embedding model's `bertonnx export` folders (fp32, and int8 by
+this CPU's recipe). NNCF reads the fp32 graph as OpenVINO reads it (its com.microsoft ops
+decomposed into OpenVINO's) and quantizes it with the transformer preset (SmoothQuant, int8
+MatMuls with fp32 outliers kept), calibrated on `--calibration` prose sentences that appear in
+neither held-out set (`disjoint_calibration`). Accuracy: each held-out text's mean-pooled,
+normalized vector against onnxruntime fp32's on the same graph (prose_sentences(512),
+prose_passages(128): bench.int8_accuracy's held-out prose). Speed: batch 32 × 128 random ids,
+the engines interleaved and rotated each round (medians): only ratios within a run mean
+anything. Needs `nncf` and `openvino` (bench-only; bertonnx's runtime needs neither NNCF nor
+this graph).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bertonnx.runtime.core.tokenizer import load_tokenizer
+
+from .inputs import prose_passages, prose_sentences, random_feeds
+from .timing import round_robin
+
+BATCH, SEQ = 32, 128
+
+
+def disjoint_calibration(held: dict[str, list[str]], n: int) -> list[str]:
+    """`n` prose sentences, spread over the prose, none of them a held-out sentence nor inside a
+    held-out passage (the calibration must not see what accuracy is judged on)."""
+    seen = set(held.get("sentences", ()))
+    passages = held.get("passages", ())
+    pool = [s for s in dict.fromkeys(prose_sentences(100_000))
+            if s not in seen and not any(s in p for p in passages)]
+    if len(pool) < n:
+        raise SystemExit(f"only {len(pool)} prose sentences are held out of the accuracy sets; "
+                         f"ask for --calibration {len(pool)} or fewer")
+    return pool[:: max(1, len(pool) // n)][:n]
+
+
+def pooled(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    m = mask[..., None].astype(np.float32)
+    v = (out * m).sum(1) / m.sum(1)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def main(argv=None) -> int:
+    # argparse, not click: a study run as `python -m`, not a bertonnx command
+    ap = argparse.ArgumentParser(prog="python -m bertonnx.bench.openvino_int8")
+    ap.add_argument("fp32", type=Path)
+    ap.add_argument("int8", type=Path)
+    ap.add_argument("--calibration", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    try:  # bench-only libraries: one line when absent
+        import nncf
+        import onnxruntime as ort
+        import openvino as ov
+    except ImportError as e:
+        raise SystemExit(f"needs {e.name}: pip install nncf openvino") from None
+
+    tok = load_tokenizer(args.fp32).backend
+    tok.enable_padding()          # a batch as one rectangle: this bench feeds graphs directly
+    tok.enable_truncation(512)
+    held = {"sentences": prose_sentences(512), "passages": prose_passages(128)}
+    calibration = disjoint_calibration(held, args.calibration)
+    core = ov.Core()
+    model = core.read_model(str(args.fp32 / "model.onnx"))
+    names = {i.get_any_name() for i in model.inputs}
+
+    def batch(texts):
+        enc = tok.encode_batch(texts)
+        ids = np.array([e.ids for e in enc], np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.array([e.attention_mask for e in enc],
+                                                               np.int64),
+                 "token_type_ids": np.zeros_like(ids)}
+        return {k: v for k, v in feeds.items() if k in names}
+
+    quantized = nncf.quantize(model, nncf.Dataset([batch(calibration[i:i + 8])
+                                                   for i in range(0, len(calibration), 8)]),
+                              model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(calibration))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    sessions = {"onnxruntime fp32": args.fp32, "onnxruntime int8 export": args.int8}
+    runs = {}
+    for label, folder in sessions.items():
+        s = ort.InferenceSession(str(folder / "model.onnx"), opts,
+                                 providers=["CPUExecutionProvider"])
+        runs[label] = lambda f, s=s: s.run(None, f)[0]
+    for label, graph, hint in (("OpenVINO bf16, fp32 graph", model, "bf16"),
+                               ("OpenVINO, NNCF int8 graph, f32 hint", quantized, "f32"),
+                               ("OpenVINO, NNCF int8 graph, bf16 hint", quantized, "bf16")):
+        compiled = core.compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": hint,
+                                                     "INFERENCE_NUM_THREADS": str(args.threads)})
+        request = compiled.create_infer_request()
+        runs[label] = lambda f, r=request, o=compiled.outputs[0]: r.infer(f)[o].copy()
+
+    accuracy = {label: [] for label in runs}
+    for texts in held.values():
+        batches = [batch(texts[i:i + 32]) for i in range(0, len(texts), 32)]
+        ref = np.concatenate([pooled(runs["onnxruntime fp32"](b), b["attention_mask"])
+                              for b in batches])
+        for label, run in runs.items():
+            got = np.concatenate([pooled(run(b), b["attention_mask"]) for b in batches])
+            cos = (got * ref).sum(1)
+            accuracy[label].append(f"{cos.mean():.4f} / {cos.min():.4f}")
+    fixed = {k: v for k, v in random_feeds(BATCH, SEQ, tok.get_vocab_size()).items()
+             if k in names}
+    times = round_robin({k: (lambda run=run: run(fixed)) for k, run in runs.items()},
+                        args.rounds, warmup=1, rotate=True)
+    base = float(np.median(times["onnxruntime int8 export"]))
+    print(f"calibration: {len(calibration)} held-out prose sentences; batch {BATCH} x {SEQ}, "
+          f"{args.threads} threads, median of {args.rounds}")
+    print("| graph, engine | ms per batch | × onnxruntime int8 | cosine to fp32, sentences "
+          "(mean / worst) | passages |")
+    print("|---|---|---|---|---|")
+    for label in runs:
+        ms = float(np.median(times[label]))
+        print(f"| {label} | {1000 * ms:.1f} | {base / ms:.2f} | {accuracy[label][0]} | "
+              f"{accuracy[label][1]} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
