@@ -31,3 +31,20 @@ def test_pooled_is_the_normalized_mean_of_the_unpadded_tokens():
     mask = np.array([[1, 0], [1, 1]])
     np.testing.assert_allclose(pooled(out, mask), [[0.6, 0.8], [2 ** -0.5, 2 ** -0.5]],
                                rtol=1e-6)
+
+
+def test_the_attention_core_is_the_two_activation_matmuls_of_each_layer(tiny_export):
+    """What the 'attention core fp32' row leaves unquantized: Q·Kᵀ and P·V of every layer, no
+    MatMul with a weight (OpenVINO's reading of the fused graph's Attention ops)."""
+    import json
+
+    ov = pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from bertonnx.bench.openvino_int8 import activation_matmuls
+    from tests.conftest import EMB
+
+    folder = tiny_export(EMB)
+    model = ov.Core().read_model(str(folder / "model.onnx"))
+    layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    names = activation_matmuls(model)
+    every = [op for op in model.get_ops() if op.get_type_name() == "MatMul"]
+    assert len(names) == 2 * layers and len(every) > len(names)
