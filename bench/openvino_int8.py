@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertonnx.runtime.core.session import create_session
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from .inputs import prose_passages, prose_sentences, random_feeds
@@ -71,7 +72,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:  # bench-only libraries: one line when absent
         import nncf
-        import onnxruntime as ort
         import openvino as ov
     except ImportError as e:
         raise SystemExit(f"needs {e.name}: pip install nncf openvino") from None
@@ -101,14 +101,10 @@ def main(argv=None) -> int:
     core_fp32 = nncf.quantize(model, data, model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(calibration),
                               ignored_scope=nncf.IgnoredScope(names=activation_matmuls(model)))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
-    sessions = {"onnxruntime fp32": args.fp32, "onnxruntime int8 export": args.int8}
     runs = {}
-    for label, folder in sessions.items():
-        s = ort.InferenceSession(str(folder / "model.onnx"), opts,
-                                 providers=["CPUExecutionProvider"])
-        runs[label] = lambda f, s=s: s.run(None, f)[0]
+    for label, folder in (("onnxruntime fp32", args.fp32), ("onnxruntime int8 export", args.int8)):
+        s = create_session(folder / "model.onnx", providers="cpu", threads=args.threads)
+        runs[label] = lambda f, s=s: s.run(f)[s.output_names[0]]
     for label, graph, hint in (("OpenVINO bf16, fp32 graph", model, "bf16"),
                                ("OpenVINO, NNCF int8 graph, f32 hint", quantized, "f32"),
                                ("OpenVINO, NNCF int8 graph, bf16 hint", quantized, "bf16"),
