@@ -94,7 +94,7 @@ FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 # CPU provider: on AVX2 it is bertonnx's measured fastest (docs/benchmarks-history.md, Zen 3).
 AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
-    # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 2.1x the CPU provider model-only,
+    # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 1.8-2.1x the CPU provider model-only,
     # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there
     "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }

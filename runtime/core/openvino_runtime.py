@@ -3,10 +3,10 @@ whose vendor is not Intel, where onnxruntime's OpenVINO plugin offers no device
 (microsoft/onnxruntime#31981) though OpenVINO's CPU plugin runs there.
 
 It matters on AMD Zen 4 and later (AVX512-BF16): all-MiniLM-L6-v2's fused fp32 graph, batch
-32 x 128, 2 threads, on a 2-core AMD EPYC (Zen 4) took 558 ms on onnxruntime's CPU provider,
-544 ms on OpenVINO f32, 262 ms on OpenVINO bf16 at token cosine 0.99998 mean / 0.99988 worst
-to fp32 — and 317 ms for the dynamic int8 graph (docs/engines.md, "Measured (AMD EPYC Zen 4,
-…)").
+32 x 128, 2 threads, on a 2-core AMD EPYC (Zen 4) took 529-558 ms on onnxruntime's CPU
+provider, 544-559 ms on OpenVINO f32, 262-301 ms on OpenVINO bf16 at token cosine 0.99998 mean
+/ 0.99988 worst to fp32 — and 263-317 ms for the dynamic int8 graph (three runs; docs/engines.md,
+"Measured (AMD EPYC Zen 4, …)").
 
 `RuntimeSession` answers what session.py and export's parity ask of an `InferenceSession`:
 `get_inputs()`, `get_outputs()` (name, type, shape), `run(names, feeds)`, `get_providers()`.
