@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bertonnx.runtime.core import engines
 from bertonnx.runtime.core.session import create_session
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
+from .grid import mean_pooled
 from .inputs import prose_passages, prose_sentences, random_feeds
 from .timing import round_robin
 
@@ -53,12 +55,6 @@ def activation_matmuls(model) -> list[str]:
     return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"
             and not any(i.get_source_output().get_node().get_type_name() in weights
                         for i in op.inputs())]
-
-
-def pooled(out: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    m = mask[..., None].astype(np.float32)
-    v = (out * m).sum(1) / m.sum(1)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 def main(argv=None) -> int:
@@ -110,18 +106,17 @@ def main(argv=None) -> int:
                                ("OpenVINO, NNCF int8 graph, bf16 hint", quantized, "bf16"),
                                ("OpenVINO, NNCF int8, attention core fp32, f32 hint", core_fp32,
                                 "f32")):
-        compiled = core.compile_model(graph, "CPU", {"INFERENCE_PRECISION_HINT": hint,
-                                                     "INFERENCE_NUM_THREADS": str(args.threads)})
+        compiled = core.compile_model(graph, "CPU", engines.openvino_config(hint, args.threads))
         request = compiled.create_infer_request()
         runs[label] = lambda f, r=request, o=compiled.outputs[0]: r.infer(f)[o].copy()
 
     accuracy = {label: [] for label in runs}
     for texts in held.values():
         batches = [batch(texts[i:i + 32]) for i in range(0, len(texts), 32)]
-        ref = np.concatenate([pooled(runs["onnxruntime fp32"](b), b["attention_mask"])
+        ref = np.concatenate([mean_pooled(runs["onnxruntime fp32"](b), b["attention_mask"])
                               for b in batches])
         for label, run in runs.items():
-            got = np.concatenate([pooled(run(b), b["attention_mask"]) for b in batches])
+            got = np.concatenate([mean_pooled(run(b), b["attention_mask"]) for b in batches])
             cos = (got * ref).sum(1)
             accuracy[label].append(f"{cos.mean():.4f} / {cos.min():.4f}")
     fixed = {k: v for k, v in random_feeds(BATCH, SEQ, tok.get_vocab_size()).items()

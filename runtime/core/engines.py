@@ -40,6 +40,7 @@ from .contract import BF16_MIN_MEAN_COSINE
 from .cpu import cpu_flags, cpuinfo_field, this_kind, usable_cpus
 from .errors import ConfigError
 from .once import first_time
+from .openvino_runtime import core as openvino_core
 
 # its own logger: the CLI shows its INFO line (the advice below), not every library INFO
 log = logging.getLogger("bertonnx.engines")
@@ -246,12 +247,11 @@ def _intel() -> bool:
 
 def _find_runtime() -> tuple:  # () once OpenVINO's own runtime imports and has its CPU
     try:
-        # the openvino extra's (180 MB, optional): imported only where this engine runs
-        import openvino
+        core = openvino_core()
     except ImportError:
         raise ConfigError("the openvino engine needs the openvino extra",
                           ENGINES["openvino"].install) from None
-    if "CPU" not in openvino.Core().available_devices:
+    if "CPU" not in core.available_devices:
         raise ConfigError("OpenVINO found no CPU device it supports here", "use --providers cpu")
     return ()
 
@@ -290,8 +290,7 @@ def _capabilities() -> tuple[str, ...]:
     devices = openvino_devices()
     if devices:
         return tuple(devices[0].ep_metadata.get("OPTIMIZATION_CAPABILITIES", "").split())
-    import openvino   # present: openvino_devices() raised otherwise
-    return tuple(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def installed(name: str) -> bool:

@@ -17,6 +17,7 @@ safe.
 """
 from __future__ import annotations
 
+import functools
 import io
 import queue
 from dataclasses import dataclass
@@ -79,12 +80,17 @@ class RuntimeSession:
             self._idle.put(request)
 
 
-def compile_model(model: str | Path | bytes, config: dict[str, str]) -> RuntimeSession:
-    """`model` (a path, or a serialized graph) compiled for the CPU with OpenVINO `config`
-    (engines.openvino_config)."""
+@functools.cache
+def core():
+    """The process's one OpenVINO Core (it finds and loads its device plugins once)."""
     # the openvino extra's (180 MB, optional): imported only where this engine runs
     import openvino
 
-    core = openvino.Core()
+    return openvino.Core()
+
+
+def compile_model(model: str | Path | bytes, config: dict[str, str]) -> RuntimeSession:
+    """`model` (a path, or a serialized graph) compiled for the CPU with OpenVINO `config`
+    (engines.openvino_config)."""
     source = io.BytesIO(model) if isinstance(model, bytes) else str(model)
-    return RuntimeSession(core.compile_model(core.read_model(source), "CPU", config))
+    return RuntimeSession(core().compile_model(core().read_model(source), "CPU", config))

@@ -1,11 +1,10 @@
 """bench/openvino_int8.py: its calibration never sees the text its accuracy is judged on."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from bertonnx.bench.inputs import prose_passages, prose_sentences
-from bertonnx.bench.openvino_int8 import disjoint_calibration, pooled
+from bertonnx.bench.openvino_int8 import disjoint_calibration
 
 
 def test_the_calibration_is_held_out_of_both_accuracy_sets():
@@ -24,13 +23,6 @@ def test_too_many_asked_is_one_line_with_the_most_it_can_give():
     with pytest.raises(SystemExit) as e:
         disjoint_calibration(held, 100_000)
     assert "--calibration" in str(e.value) and "\n" not in str(e.value)
-
-
-def test_pooled_is_the_normalized_mean_of_the_unpadded_tokens():
-    out = np.array([[[3.0, 4.0], [100.0, 100.0]], [[1.0, 0.0], [0.0, 1.0]]], np.float32)
-    mask = np.array([[1, 0], [1, 1]])
-    np.testing.assert_allclose(pooled(out, mask), [[0.6, 0.8], [2 ** -0.5, 2 ** -0.5]],
-                               rtol=1e-6)
 
 
 def test_the_attention_core_is_the_two_activation_matmuls_of_each_layer(tiny_export):
