@@ -51,7 +51,7 @@ def bench_folder(folder: str | Path, *, reference: str | Path | None = None,
     ours = (f"bertonnx {'fp32' if mode == 'none' else mode}{' fused' if manifest.optimized else ''}"
             if mode != "unknown" else f"bertonnx runtime, graph {manifest.exporter}")
     # every engine this machine can run the export with, side by side (runtime/core/engines.py)
-    keys = runnable(mode) if options.engines == "all" else [
+    keys = runnable(mode, manifest.engines) if options.engines == "all" else [
         k.strip() for k in options.engines.split(",") if k.strip()]
     engines = [onnx_engine(engine_row(ours, k), folder, threads, providers=k) for k in keys]
     engines += [onnx_engine(engine_row(ours, k), folder, threads, providers=k, streams="auto")

@@ -16,6 +16,13 @@ prose_passages(128): bench.int8_accuracy's held-out prose). Speed: batch 32 × 1
 the engines interleaved and rotated each round (medians): only ratios within a run mean
 anything. Needs `nncf` and `openvino` (bench-only; bertonnx's runtime needs neither NNCF nor
 this graph).
+
+Then end to end, as users run it: texts in, answers out, through bertonnx's own pipeline of the
+export (tokenizing, length-sorted micro-batches at each engine's batch width, pooling), one
+stream each, round-robin (`--e2e-rounds`, medians), on two text sets — the held-out sentences
+and passages (mostly short), and 256 prose passages of 20-200 words (the documents a ColBERT or
+BGE-M3 index encodes) — the NNCF graph at both precision hints beside the int8 export and
+OpenVINO bf16. Model-only shapes overstate the NNCF graph's lead on real text (docs/engines.md).
 """
 from __future__ import annotations
 
@@ -25,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.core import engines
-from bertonnx.runtime.core.session import create_session
+from bertonnx.runtime import load
+from bertonnx.runtime.core import engines, openvino_engine, openvino_runtime
+from bertonnx.runtime.core.pipelines import PIPELINES, ExportFolder
+from bertonnx.runtime.core.session import Session, SessionConfig, create_session
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
 from .grid import mean_pooled
@@ -65,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--e2e-rounds", type=int, default=3)
     args = ap.parse_args(argv)
     try:  # bench-only libraries: one line when absent
         import nncf
@@ -105,8 +115,10 @@ def main(argv=None) -> int:
                                ("OpenVINO, NNCF int8 graph, f32 hint", quantized, "f32"),
                                ("OpenVINO, NNCF int8 graph, bf16 hint", quantized, "bf16"),
                                ("OpenVINO, NNCF int8, attention core fp32, f32 hint", core_fp32,
-                                "f32")):
-        compiled = core.compile_model(graph, "CPU", engines.openvino_config(hint, args.threads))
+                                "f32"),
+                               ("OpenVINO, NNCF int8, attention core fp32, bf16 hint", core_fp32,
+                                "bf16")):
+        compiled = core.compile_model(graph, "CPU", openvino_engine.openvino_config(hint, args.threads))
         request = compiled.create_infer_request()
         runs[label] = lambda f, r=request, o=compiled.outputs[0]: r.infer(f)[o].copy()
 
@@ -133,7 +145,49 @@ def main(argv=None) -> int:
         ms = float(np.median(times[label]))
         print(f"| {label} | {1000 * ms:.1f} | {base / ms:.2f} | {accuracy[label][0]} | "
               f"{accuracy[label][1]} |")
+    end_to_end(args, {"f32": quantized, "f32, attention core fp32": core_fp32})
     return 0
+
+
+def end_to_end(args, graphs: dict) -> None:
+    """Texts per second through the export's own pipeline on each engine (module docstring)."""
+    import logging
+    import tempfile
+
+    import openvino as ov   # bench-only, as in main
+
+    # each run of a set would say again that its longest passages were truncated (alike for all)
+    logging.getLogger("bertonnx").setLevel(logging.ERROR)
+    folder = ExportFolder.read(args.fp32)
+    pipes = {"onnxruntime int8 export": load(args.int8, providers="cpu", threads=args.threads),
+             "OpenVINO bf16, fp32 graph": load(args.fp32, providers="openvino:bf16",
+                                               threads=args.threads)}
+    ov_row = engines.ENGINES["openvino"]
+    with tempfile.TemporaryDirectory(prefix="bertonnx-nncf-") as tmp:
+        for name, graph in graphs.items():
+            xml = Path(tmp) / f"{len(pipes)}.xml"
+            ov.save_model(graph, str(xml), compress_to_fp16=False)
+            for hint in ("f32", "bf16"):
+                # the NNCF graph is an OpenVINO IR, which only OpenVINO's own runtime reads
+                compiled = openvino_runtime.compile_model(
+                    xml, openvino_engine.openvino_config(hint, args.threads))
+                config = SessionConfig(engine="openvino", precision=hint, threads=args.threads,
+                                       batch_tokens=ov_row.batch_tokens,
+                                       pad_multiple=ov_row.pad_multiple)
+                pipes[f"OpenVINO {hint} hint, NNCF int8 ({name})"] = PIPELINES[
+                    folder.manifest.task](folder, Session(compiled, config))
+    sets = {"sentences and passages": prose_sentences(512) + prose_passages(128),
+            "documents": prose_passages(256)}
+    fns = {(label, s): (lambda p=p, t=texts: p(t, batch_size=32))
+           for label, p in pipes.items() for s, texts in sets.items()}
+    times = round_robin(fns, args.e2e_rounds, warmup=1, rotate=True)
+    print(f"\nend to end, texts/s, median of {args.e2e_rounds}, one stream each")
+    print("| engine, graph | " + " | ".join(sets) + " |")
+    print("|---|" + "---|" * len(sets))
+    for label in pipes:
+        print(f"| {label} | " + " | ".join(
+            f"{len(texts) / float(np.median(times[(label, s)])):.1f}"
+            for s, texts in sets.items()) + " |")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from bertonnx.runtime.core.defaults import checkpoint_dir
-from bertonnx.runtime.core.errors import InputError
+from bertonnx.runtime.core.errors import ConfigError, InputError
 from bertonnx.runtime.core.manifest import Manifest
 from bertonnx.runtime.core.pipelines import load
 from bertonnx.runtime.core.tokenizer import load_tokenizer
@@ -75,7 +75,7 @@ class RetrievalOptions:
     threads: int | None = None
     peers: tuple[str, ...] = DEFAULT_PEERS
     precisions: tuple[str, ...] = ("none", "int8")   # bertonnx exports (--quantize)
-    engines: tuple[str, ...] = ()  # the fp32 export on these too (ENGINE:PRECISION), beside auto
+    engines: tuple[str, ...] = ()  # each export on these too (ENGINE:PRECISION), beside auto
     fresh: bool = False       # re-export bertonnx's folders
     embed_model: Path | None = None    # an embedding sentence-transformers folder
     rerank_model: Path | None = None   # a CrossEncoder folder (a real one, where you have it)
@@ -159,6 +159,8 @@ def bertonnx_label(pipe) -> tuple[str, str]:
     on = "" if c.engine == "cpu" else f" [{c.engine}:{c.precision}]"
     if mode == "none":
         return f"bertonnx fp32{on}", c.precision if on else "fp32"
+    if c.key == "openvino:int8":   # the export's second graph (export/openvino_int8.py)
+        return f"bertonnx {mode}{on}", "int8 static (NNCF)"
     return f"bertonnx {mode}{on}", " ".join(str(x) for x in (mode, q.get("recipe")) if x)
 
 
@@ -211,8 +213,13 @@ def engines_for(kind: str, source: Path, options: RetrievalOptions, work: Path, 
     folders = [bertonnx_export(kind, source, work, q, options.fresh, say)
                for q in options.precisions]
     engines = [bertonnx_engine(kind, f, threads) for f in folders]
-    for key in options.engines:  # the fp32 export on another engine, where not auto's already
-        more = bertonnx_engine(kind, folders[0], threads, providers=key)
+    for key, f in ((k, f) for k in options.engines for f in folders):
+        # each export on another engine, where not auto's already and where it runs (an int8
+        # export's dynamic graph on an OpenVINO float precision does not)
+        try:
+            more = bertonnx_engine(kind, f, threads, providers=key)
+        except ConfigError:
+            continue
         engines += [more] if more.name not in {e.name for e in engines} else []
     # a bulk job's streams, where the engine runs several calls at once (OpenVINO)
     engines += [e for e in (bertonnx_engine(kind, f, threads, "auto") for f in folders)

@@ -37,7 +37,8 @@ from bertonnx.runtime.core import cpu  # cpu.this_kind at call time: tests stand
 from bertonnx.runtime.core import untrained as untrained_head
 from bertonnx.runtime.core.manifest import Manifest
 
-from . import bge_m3, calibrate, engines, fusion, graph, memory, parity, sentence, variants
+from . import (bge_m3, calibrate, engines, fusion, graph, memory, openvino_int8, parity, sentence,
+               variants)
 from .int8.recipes import recipe, target
 from .precisions import PRECISIONS, precision
 
@@ -63,6 +64,10 @@ class ExportOptions:
     int8_recipe: str | None = None
     int8: "Int8Settings | None" = None
     measure_recipes: bool = False  # time the target's passing recipes here, keep the fastest
+    # int8: NNCF's static int8 graph for OpenVINO beside model.onnx (export/openvino_int8.py):
+    # None writes it where nncf and openvino are installed, True requires them, False never
+    openvino_int8: bool | None = None
+    calibration: Path | None = None  # its calibration text, one per line (default: shipped)
     # export a head the checkpoint did not train for the task (to fine-tune later); refused
     # without it, recorded in the manifest with it (runtime/core/untrained.py)
     allow_untrained_head: bool = False
@@ -84,6 +89,20 @@ class ExportOptions:
             recipe(self.int8_recipe)
         if self.measure_recipes:
             _check_measurable(self)
+        if (self.openvino_int8 or self.calibration is not None) and self.quantize != "int8":
+            raise InputError("an OpenVINO int8 graph (--openvino-int8, --calibration) is made "
+                             "beside an int8 export", "add --quantize int8")
+        if self.openvino_int8 and (lacks := openvino_int8.missing()):
+            raise InputError(f"--openvino-int8 needs {lacks}, which is not installed",
+                             "pip install 'bertonnx[nncf]'")
+        if self.calibration is not None and not Path(self.calibration).is_file():
+            raise InputError(f"calibration file {self.calibration} does not exist",
+                             "pass a text file, one text per line")
+
+    @property
+    def writes_openvino_int8(self) -> bool:
+        return self.quantize == "int8" and self.openvino_int8 is not False and (
+            self.openvino_int8 or openvino_int8.missing() is None)
 
 
 def _check_measurable(o: ExportOptions) -> None:
@@ -293,7 +312,8 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
         tokenizer.save(tmp)
         write_config(c, hf_class, tmp)
         model_path = tmp / MODEL_NAME
-        job = variants.Job(row, options, c, scratch, tokenizer, reference, task, say)
+        job = variants.Job(row, options, c, scratch, tokenizer, reference, task, say,
+                           keep_fused=options.writes_openvino_int8)
         choose = variants.fastest_passing if options.measure_recipes else variants.first_passing
         box = [proto]
         del proto
@@ -304,6 +324,12 @@ def _build(held: _Held, task: str, tmp: Path, options: ExportOptions, tokenizer,
             figures = {**figures, "heads": bge_m3.judge_heads(reference, model_path, tmp, stack)}
         # the same graph on the other engines this machine has, against the same torch outputs
         on_engines = engines.judge(reference, model_path, options.quantize, say)
+        if options.writes_openvino_int8:   # an int8 export's second graph, for OpenVINO
+            record = openvino_int8.write(scratch / variants.FUSED, tmp, task=task,
+                                         tokenizer=tokenizer, max_len=c.max_tokens,
+                                         calibration=options.calibration, say=say)
+            on_engines[openvino_int8.KEY] = openvino_int8.judge(reference, tmp, record, row,
+                                                                say)
 
         size = graph.graph_bytes(model_path)
         quant["size"] = {"model_bytes": size, "unique_param_bytes": param_bytes,

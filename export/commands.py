@@ -45,6 +45,13 @@ def _fused_line(counts: dict) -> str:
 @click.option("--measure-recipes", is_flag=True,
               help="Time the target's int8 recipes that pass the agreement gate on this "
                    "machine and keep the fastest (the manifest records the figures).")
+@click.option("--openvino-int8/--no-openvino-int8", default=None,
+              help="With --quantize int8: also write NNCF's static int8 graph for OpenVINO "
+                   "(model.openvino-int8.xml), which `auto` runs on CPUs with bf16 where its "
+                   "parity passed [default: when nncf and openvino are installed].")
+@click.option("--calibration", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Text to calibrate that graph on, one text per line [default: 300 shipped "
+                   "sentences and the same joined into passages].")
 @click.option("--force", is_flag=True, help="Replace a non-empty --out folder.")
 @click.option("--allow-untrained-head", is_flag=True,
               help="Export even though the checkpoint did not train the task's head (to "
@@ -54,7 +61,8 @@ def _fused_line(counts: dict) -> str:
               help="Tokenizer folder, when MODEL's folder has none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
-           measure_recipes, force, allow_untrained_head, no_parity, tokenizer, as_json):
+           measure_recipes, openvino_int8, calibration, force, allow_untrained_head, no_parity,
+           tokenizer, as_json):
     """Export MODEL (a checkpoint folder, a hub id, or `default` for the bundled MiniLM) to ONNX."""
     # lazy: torch; this module is imported to build `bertonnx export --help`
     from .api import ExportOptions, export_model
@@ -67,7 +75,8 @@ def export(model, task, out, opset, optimize, quantize, target_cpu, int8_recipe,
     opts = ExportOptions(opset=opset, optimize=optimize, quantize=quantize, parity=not no_parity,
                          force=force, tokenizer=tokenizer, target_cpu=target_cpu,
                          int8_recipe=int8_recipe, measure_recipes=measure_recipes,
-                         allow_untrained_head=allow_untrained_head)
+                         allow_untrained_head=allow_untrained_head,
+                         openvino_int8=openvino_int8, calibration=calibration)
     manifest = export_model(model, task, out, opts, progress=_progress)
     if as_json:
         click.echo(manifest.to_json(), nl=False)

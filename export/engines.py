@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertonnx.runtime.core import engines
+from bertonnx.runtime.core import engines, openvino_engine
+from bertonnx.runtime.core.contract import INT8_MIN_COSINE, INT8_MIN_MEAN_COSINE
 from bertonnx.runtime.core.errors import BertOnnxError
 from bertonnx.runtime.core.session import create_session
 
@@ -34,7 +35,7 @@ def judge(reference, model_path: Path, mode: str, say) -> dict:
     figures = {}
     for key, compare in JUDGES.items():
         name, _, prec = key.partition(":")
-        if prec == "bf16" and not engines.has_bf16():
+        if prec == "bf16" and not openvino_engine.has_bf16():
             figures[key] = {"passed": False, "note": "not measured: this CPU has no bf16 "
                             "arithmetic (OpenVINO would run f32)"}
             continue
@@ -56,6 +57,14 @@ def summary_lines(figures: dict) -> list[str]:
     for key, f in figures.items():
         if "note" in f:
             lines.append(f"parity {key}: {f['note']}")
+        elif f.get("mode") == "int8":   # OpenVINO's static int8 graph (openvino_int8.py)
+            m = f["metrics"]
+            cos = (f", cosine mean {m['cosine_mean']:.4f}, worst {m['cosine_min']:.4f} (gate: "
+                   f"mean >= {INT8_MIN_MEAN_COSINE}, worst >= {INT8_MIN_COSINE})"
+                   if "cosine_mean" in m else "")
+            lines.append(f"parity {key}: agreement {f['agreement']:.3f} on {f['examples']} real "
+                         f"sentences (minimum {f['min_agreement']}){cos}: "
+                         f"{'PASS' if f['passed'] else 'FAIL'}")
         elif f.get("mode") == "cosine":
             mean, low = min(f["mean_cosine"].values()), min(f["min_cosine"].values())
             lines.append(f"parity {key}: mean cosine {mean:.6f}, worst {low:.6f}, max |Δ| "

@@ -29,6 +29,9 @@ from bertonnx.runtime.core.session import create_session
 from . import fusion, graph, memory, parity
 
 
+FUSED = "fused.onnx"   # the fused fp32 graph in the scratch folder, where it is kept
+
+
 @dataclass(frozen=True)
 class Chosen:
     quantization: dict       # the manifest's record
@@ -47,6 +50,7 @@ class Job:
     reference: object        # parity.Reference, or None without parity
     task: str
     say: object
+    keep_fused: bool = False  # the fused fp32 graph stays in the scratch folder (FUSED)
 
 
 def _convert(job: Job, proto: onnx.ModelProto, variant: str, path: Path) -> tuple[dict, dict]:
@@ -69,8 +73,8 @@ def _convert(job: Job, proto: onnx.ModelProto, variant: str, path: Path) -> tupl
 def first_passing(job: Job, box: list, model_path: Path) -> Chosen:
     proto = box.pop()
     variants = job.row.candidates(job.options, job.tokenizer)
-    fused = job.scratch / "fused.onnx"  # what a refused recipe's successor starts from
-    if len(variants) > 1:
+    fused = job.scratch / FUSED  # what a refused recipe's successor starts from
+    if len(variants) > 1 or job.keep_fused:
         graph.save_model(proto, fused)  # (its weights move to the file: read back from there)
         proto = None
     tried = []
@@ -98,7 +102,7 @@ def fastest_passing(job: Job, box: list, model_path: Path, *,
                     rounds: int = 5, batch: int = 8, seq: int = 128) -> Chosen:
     proto = box.pop()
     variants = job.row.candidates(job.options, job.tokenizer)
-    fused = job.scratch / "fused.onnx"
+    fused = job.scratch / FUSED
     graph.save_model(proto, fused)
     del proto
     made = {}

@@ -76,6 +76,11 @@ FP16_ATOL = 5e-2        # fp16 graph (GPU providers) vs torch fp32, relative to 
 BF16_MIN_MEAN_COSINE = 0.9999
 # int8 is judged by task agreement on real text, not by atol:
 INT8_MIN_AGREEMENT = 0.9   # top-1 / argmax / exact-span agreement with fp32 torch, fraction
+# ... and OpenVINO's static int8 graph (export/openvino_int8.py), which `auto` prefers to the
+# int8 export where it passed, also by CTranslate2's int8 accuracy where the task's vectors are
+# compared by cosine (issue 41: mean >= 0.995, worst >= 0.99 to fp32 torch)
+INT8_MIN_MEAN_COSINE = 0.995
+INT8_MIN_COSINE = 0.99
 
 # The shapes parity runs over: (batch, sequence), right padded with random row lengths; "max" =
 # the longest sequence the position table covers. Every batch size meets every short length;

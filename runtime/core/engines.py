@@ -8,7 +8,9 @@ engine by name.
               EmbedLayerNormalization, BiasGelu) all run there, so one graph serves both
               engines (docs/engines.md). On Intel CPUs through onnxruntime's plugin
               (onnxruntime-ep-openvino, measured there); elsewhere, where that plugin offers
-              no device, through OpenVINO's own runtime (openvino_runtime.py)
+              no device, through OpenVINO's own runtime (openvino_runtime.py). `int8`: an int8
+              export's static int8 graph (export/openvino_int8.py, an OpenVINO IR the
+              manifest names), on OpenVINO's own runtime everywhere
     cuda, tensorrt   onnxruntime-gpu's providers
 
 What users type (`providers=`, `--providers`, else the environment's BERTONNX_PROVIDERS, else
@@ -18,15 +20,10 @@ proved: it takes a faster engine only where the manifest records that engine and
 passing its gate at export (`Manifest.engines`; gates in contract.py).
 
 Why OpenVINO: onnxruntime's CPU provider has no bf16 arithmetic on x86 (microsoft/onnxruntime
-#20630, #19937). On a 2-core Intel Xeon with AMX, all-MiniLM-L6-v2's fused graph, batch 32 x
-128, 2 threads: 462 ms on the CPU provider, 314 ms on OpenVINO f32, 98 ms on OpenVINO bf16 at
-token cosine 0.99998 (mean) to fp32 — docs/engines.md has the end-to-end figures.
+#20630, #19937); docs/engines.md has the figures.
 """
 from __future__ import annotations
 
-import functools
-import importlib
-import json
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -37,10 +34,11 @@ import onnxruntime as ort
 from . import defaults
 from .batches import MAX_BATCH_TOKENS
 from .contract import BF16_MIN_MEAN_COSINE
-from .cpu import cpu_flags, cpuinfo_field, this_kind, usable_cpus
+from . import openvino_engine
+from .cpu import cpu_flags, this_kind, usable_cpus
 from .errors import ConfigError
 from .once import first_time
-from .openvino_runtime import core as openvino_core
+from .openvino_engine import find_runtime, has_bf16, openvino_devices, runtime_unavailable
 
 # its own logger: the CLI shows its INFO line (the advice below), not every library INFO
 log = logging.getLogger("bertonnx.engines")
@@ -77,8 +75,8 @@ class Engine:
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("cpu", "CPUExecutionProvider", ("f32",)),
-    Engine("openvino", "OpenVINOExecutionProvider", ("f32", "bf16"), extra="openvino",
-           plugin="onnxruntime_ep_openvino", install="pip install 'bertonnx[openvino]'",
+    Engine("openvino", openvino_engine.PROVIDER, ("f32", "bf16", "int8"), extra="openvino",
+           plugin=openvino_engine.PLUGIN, install=openvino_engine.INSTALL,
            batch_tokens=2048, pad_multiple=16, streams=2),
     Engine("cuda", "CUDAExecutionProvider", ("f32",), install="pip install onnxruntime-gpu"),
     Engine("tensorrt", "TensorrtExecutionProvider", ("f32",),
@@ -96,7 +94,10 @@ FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
     # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 1.8-2.1x the CPU provider model-only,
-    # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there
+    # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there. Not an
+    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.1-1.3x its onnxruntime
+    # graph on passages but 0.86-0.90x served short sentences, at 2.6-3.2x the RSS
+    # (docs/engines.md): asked for by name only
     "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }
 DEFAULT_AUTO = (("cpu", "f32"),)
@@ -195,6 +196,9 @@ def _with_fallback(e: Engine) -> tuple[str, ...]:
 
 def _checked(choice: Choice, e: Engine) -> Choice:
     """The choice if this process can run it; one line naming the install otherwise."""
+    if e.plugin and choice.precision == "int8":
+        find_runtime()      # an OpenVINO IR: OpenVINO's own runtime reads it, on every CPU
+        return choice
     if e.plugin:
         openvino_devices()  # raises the one-line error when the extra is missing
         if choice.precision == "bf16" and not has_bf16():
@@ -209,88 +213,6 @@ def _checked(choice: Choice, e: Engine) -> Choice:
                               f"onnxruntime (available: {', '.join(available)})",
                               f"{owner.install}, or use --providers cpu")
     return choice
-
-
-def openvino_devices() -> tuple:
-    """onnxruntime's OpenVINO CPU device, the plugin registered on first use; () where
-    OpenVINO's own runtime runs the engine (openvino_runtime())."""
-    devices, problem = _openvino()
-    if problem is not None:
-        raise ConfigError(*problem)
-    return devices
-
-
-def openvino_runtime() -> bool:
-    """Whether the openvino engine runs on OpenVINO's own runtime here (a CPU onnxruntime's
-    plugin takes no device of) rather than through onnxruntime's plugin."""
-    return openvino_devices() == ()
-
-
-# Once per process, the failure too: onnxruntime refuses a second registration of the same
-# plugin, and where it offers no device (a CPU it skips) a second ask must say the same.
-@functools.cache
-def _openvino() -> tuple[tuple, tuple[str, str] | None]:
-    try:
-        if not _intel():
-            return _find_runtime(), None
-        return _find_openvino(), None
-    except ConfigError as err:
-        return (), (err.problem, err.fix)
-
-
-def _intel() -> bool:
-    # onnxruntime's OpenVINO plugin (its ov_factory.cc) skips every CPU whose vendor is not
-    # Intel (microsoft/onnxruntime#31981); there OpenVINO's own runtime runs the engine, and
-    # the plugin is never loaded beside it (each brings its own libopenvino)
-    return cpuinfo_field("vendor_id") in (None, "GenuineIntel")
-
-
-def _find_runtime() -> tuple:  # () once OpenVINO's own runtime imports and has its CPU
-    try:
-        core = openvino_core()
-    except ImportError:
-        raise ConfigError("the openvino engine needs the openvino extra",
-                          ENGINES["openvino"].install) from None
-    if "CPU" not in core.available_devices:
-        raise ConfigError("OpenVINO found no CPU device it supports here", "use --providers cpu")
-    return ()
-
-
-def _find_openvino() -> tuple:
-    e = ENGINES["openvino"]
-    try:
-        module = importlib.import_module(e.plugin)
-    except ImportError:
-        raise ConfigError("the openvino engine needs the openvino extra", e.install) from None
-    if not hasattr(ort, "register_execution_provider_library"):
-        raise ConfigError(f"onnxruntime {ort.__version__} cannot load execution provider "
-                          "plugins (1.23 or newer can)", "pip install -U onnxruntime")
-    if not any(d.ep_name == e.provider for d in ort.get_ep_devices()):
-        try:
-            ort.register_execution_provider_library(e.provider, module.get_library_path())
-        except Exception as err:  # a broken or foreign-ABI plugin
-            raise ConfigError(f"onnxruntime could not load the OpenVINO plugin "
-                              f"({str(err).splitlines()[0][:160]})",
-                              "pip install -U onnxruntime onnxruntime-ep-openvino") from err
-    devices = tuple(d for d in ort.get_ep_devices()
-                    if d.ep_name == e.provider and d.ep_metadata.get("ov_device") == "CPU"
-                    and "ov_meta_device" not in d.ep_metadata)
-    if not devices:
-        raise ConfigError("OpenVINO found no CPU device it supports here", "use --providers cpu")
-    return devices
-
-
-def has_bf16() -> bool:
-    """Whether OpenVINO computes in bf16 here (it runs f32 when asked for bf16 otherwise)."""
-    return "BF16" in _capabilities()
-
-
-@functools.cache
-def _capabilities() -> tuple[str, ...]:
-    devices = openvino_devices()
-    if devices:
-        return tuple(devices[0].ep_metadata.get("OPTIMIZATION_CAPABILITIES", "").split())
-    return tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def installed(name: str) -> bool:
@@ -310,28 +232,29 @@ def unavailable(name: str) -> str | None:
     return None
 
 
-def runnable(quantization: str) -> list[str]:
-    """`engine:precision` keys this process can run a graph of `quantization` with ("none":
-    fp32), the CPU provider first: what `bertonnx bench DIR` times side by side."""
+def runnable(quantization: str, engines: dict) -> list[str]:
+    """`engine:precision` keys this process can run an export with (its `quantization`, "none":
+    fp32; its manifest's `engines`), the CPU provider first: what `bertonnx bench DIR` times
+    side by side."""
     keys = ["cpu:f32"]
     if quantization == "none" and installed("openvino"):
         keys += ["openvino:f32"] + (["openvino:bf16"] if has_bf16() else [])
+    if "file" in engines.get("openvino:int8", {}) and runtime_unavailable() is None:
+        keys.append("openvino:int8")
     return keys
 
 
-def openvino_config(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
-    """OpenVINO's CPU settings for a session (either way the engine runs)."""
-    cpu = {"INFERENCE_PRECISION_HINT": precision}
-    if threads:
-        cpu["INFERENCE_NUM_THREADS"] = str(threads)
-    if streams > 1:   # the threads split between streams, each running one call
-        cpu.update(PERFORMANCE_HINT="THROUGHPUT", NUM_STREAMS=str(streams))
-    return cpu
-
-
-def openvino_options(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:
-    """The plugin's provider options: OpenVINO's own settings go in its `load_config`."""
-    return {"load_config": json.dumps({"CPU": openvino_config(precision, threads, streams)})}
+def graph_file(choice: Choice, engines: dict) -> str | None:
+    """The file of the export an engine reads in place of model.onnx (None: model.onnx): the
+    static int8 graph for openvino:int8, as the manifest's `engines` names it."""
+    if choice.key != "openvino:int8":
+        return None
+    if "file" not in engines.get(choice.key, {}):
+        raise ConfigError("this export has no OpenVINO int8 graph (openvino:int8 runs the static "
+                          "int8 graph an int8 export writes with NNCF installed)",
+                          "export it with --quantize int8 and `pip install 'bertonnx[nncf]'`, "
+                          "or use --providers cpu")
+    return engines[choice.key]["file"]
 
 
 def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
@@ -345,19 +268,22 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
     asked = parse(spec)
     if asked is not None:
         if asked.engine == "openvino" and not asked.precision:
-            # plain `openvino`: bf16 where it computes bf16 and the export proved it, else f32
+            # plain `openvino`: an int8 export's OpenVINO graph; bf16 where it computes bf16
+            # and the export proved it, else f32
             bf16 = has_bf16() and _passed(engines, "openvino:bf16")
-            return Choice("openvino", "bf16" if bf16 else "f32", "asked",
-                          asked.providers)
+            prec = "int8" if quantization == "int8" else "bf16" if bf16 else "f32"
+            return _checked(replace(asked, precision=prec), ENGINES["openvino"])
         return asked
     for name, prec in AUTO.get(kind, DEFAULT_AUTO):
         if name == "cpu":
             _advise(kind, quantization, engines, where)
             return Choice("cpu", prec, f"auto: {kind or 'this'} CPU",
                           (ENGINES["cpu"].provider,))
-        if quantization != "none" or not _passed(engines, f"{name}:{prec}"):
+        # int8 rows run an int8 export's OpenVINO graph, the others an fp32 export's graph
+        if (prec == "int8") != (quantization == "int8") or not _passed(engines, f"{name}:{prec}"):
             continue
-        if not installed(name) or (prec == "bf16" and not has_bf16()):
+        ready = runtime_unavailable() is None if prec == "int8" else installed(name)
+        if not ready or (prec in ("bf16", "int8") and not has_bf16()):
             continue
         return Choice(name, prec, f"auto: {kind} CPU, {name}:{prec} passed its gate at export",
                       _with_fallback(ENGINES[name]))

@@ -91,6 +91,6 @@ def core():
 
 def compile_model(model: str | Path | bytes, config: dict[str, str]) -> RuntimeSession:
     """`model` (a path, or a serialized graph) compiled for the CPU with OpenVINO `config`
-    (engines.openvino_config)."""
+    (openvino_engine.openvino_config)."""
     source = io.BytesIO(model) if isinstance(model, bytes) else str(model)
     return RuntimeSession(core().compile_model(core().read_model(source), "CPU", config))

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 import numpy as np
 import onnxruntime as ort
 
-from . import engines, openvino_runtime, pages
+from . import engines, openvino_engine, openvino_runtime, pages
 from .blas import engine_owns_cores
 from .batches import MAX_BATCH_TOKENS
 from .bounds import check_streams, check_threads
@@ -52,7 +52,7 @@ def disabled_optimizers(providers) -> list[str]:
 class SessionConfig:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     engine: str = "cpu"                 # engines.ENGINES: cpu | openvino | cuda | tensorrt
-    precision: str = "f32"              # the engine's float arithmetic: f32 | bf16
+    precision: str = "f32"              # the engine's arithmetic: f32 | bf16 | int8
     reason: str = "asked"               # why this engine (auto's rule, or the user asked)
     batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens per call the engine runs best at
     pad_multiple: int = 1               # batch widths rounded up to it (engines.Engine)
@@ -170,14 +170,16 @@ def create_session(model: str | Path | bytes, *, providers=None, threads: int | 
     opts.log_severity_level = 3  # onnxruntime's warnings (e.g. unused initializers) are noise here
     session_providers = list(config.providers)
     name = "the graph" if isinstance(model, bytes) else str(model)
-    if config.engine == "openvino" and engines.openvino_runtime():
+    # the static int8 graph is an OpenVINO IR, which only OpenVINO's own runtime reads
+    if config.engine == "openvino" and (config.precision == "int8"
+                                        or openvino_engine.openvino_runtime()):
         return _runtime_session(model, name, config)
     if config.engine == "openvino":
         # a plugin EP is added by device, not by name; a graph it cannot take whole is an
         # error, not a silent split with the CPU provider (which the precision would not cover)
         opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        opts.add_provider_for_devices(list(engines.openvino_devices()),
-                                      engines.openvino_options(config.precision, threads,
+        opts.add_provider_for_devices(list(openvino_engine.openvino_devices()),
+                                      openvino_engine.openvino_options(config.precision, threads,
                                                                 config.streams))
         session_providers = None
     try:
@@ -203,7 +205,8 @@ def _runtime_session(model: str | Path | bytes, name: str, config: SessionConfig
     """The openvino engine on OpenVINO's own runtime (a CPU onnxruntime's plugin skips)."""
     try:
         inner = openvino_runtime.compile_model(
-            model, engines.openvino_config(config.precision, config.threads, config.streams))
+            model, openvino_engine.openvino_config(config.precision, config.threads,
+                                                   config.streams))
     except Exception as e:  # OpenVINO raises RuntimeError for a graph its frontend cannot take
         # its message is a C++ trace; the line that says why names the ops it lacks
         lines = [x.strip("- ") for x in str(e).splitlines() if x.strip()]

@@ -17,7 +17,7 @@ from bertonnx.runtime.core.foreign import read_manifest
 
 
 def test_bench_command_json(cls_export, cls_checkpoint, monkeypatch):
-    if "openvino:f32" in runnable("none"):
+    if "openvino:f32" in runnable("none", {}):
         # `auto` as OpenVINO f32 (the suite's is the CPU provider): its bulk-job row, 2 streams
         # where there are 2 cores, gives transformers' labels too (checked below)
         monkeypatch.setenv("BERTONNX_PROVIDERS", "openvino:f32")
@@ -29,8 +29,8 @@ def test_bench_command_json(cls_export, cls_checkpoint, monkeypatch):
     ours = "bertonnx fp32 fused"
     hf = next(n for n in r["end_to_end"] if n.startswith("transformers pipeline"))
     # every engine this machine runs the export with, side by side
-    others = {engine_row(ours, k) for k in runnable("none")} - {ours}
-    others |= set(streamed_rows(ours, runnable("none"), r["machine"]["threads"],  # a bulk job's
+    others = {engine_row(ours, k) for k in runnable("none", {})} - {ours}
+    others |= set(streamed_rows(ours, runnable("none", {}), r["machine"]["threads"],  # a bulk job's
                                 read_manifest(cls_export)))
     assert set(r["end_to_end"]) == {ours, "scratch torch (fp32)", hf} | others
     for name, row in r["end_to_end"].items():
@@ -78,7 +78,7 @@ def test_bench_default_runs_the_shipped_export(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout)
-    ours, keys = "bertonnx fp32 fused", runnable("none")
+    ours, keys = "bertonnx fp32 fused", runnable("none", {})
     assert list(r["end_to_end"]) == ([engine_row(ours, k) for k in keys]
                                      + list(streamed_rows(ours, keys, r["machine"]["threads"],
                                                           read_manifest(resolve_export("default")))))

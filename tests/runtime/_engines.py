@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertonnx.runtime.core import engines
+from bertonnx.runtime.core import engines, openvino_engine
 
 # why it cannot run here (no extra, or a CPU OpenVINO offers no device for); "" where it can, since
 # skipif wants a reason string even when it does not skip
 NO_OPENVINO = engines.unavailable("openvino") or ""
 OPENVINO = not NO_OPENVINO
-BF16 = OPENVINO and engines.has_bf16()
+BF16 = OPENVINO and openvino_engine.has_bf16()
 NO_BF16 = (NO_OPENVINO if not OPENVINO else
            "this CPU has no bf16 arithmetic (AMX-BF16 or AVX512-BF16): OpenVINO would run f32")
 

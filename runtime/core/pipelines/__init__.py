@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import engines
 from ..cpu import warn_if_other_cpu
 from ..defaults import resolve_export
-from ..errors import ConfigError, TaskMismatchError
+from ..errors import ArtifactError, ConfigError, TaskMismatchError
 from ..foreign import check_inputs, warn_unverified
 from ..session import create_session
 from ..tasks import TASK_ALIASES, TASKS, pipeline_class
@@ -69,8 +69,14 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     # the engine: as asked, or `auto`'s pick for this CPU among those the export proved
     choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
                             engines=manifest.engines, where=str(path))
-    session = create_session(folder.model_path, providers=choice, threads=threads,
-                             optimization=optimization, streams=streams)
+    # the graph that engine reads: model.onnx, or the file the manifest names for it
+    graph = engines.graph_file(choice, manifest.engines)
+    if graph is not None and graph not in manifest.files:  # only a file the manifest verified
+        raise ArtifactError(f"{path}'s manifest names {graph} for {choice.key} without its "
+                            "sha256", "export the model again")
+    session = create_session(folder.path / graph if graph else folder.model_path,
+                             providers=choice, threads=threads, optimization=optimization,
+                             streams=streams)
     if folder.foreign is not None:
         check_inputs(folder.foreign, session.inner.get_inputs())
         warn_unverified(folder.foreign)

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from bertonnx.runtime.core import engines
+from bertonnx.runtime.core import openvino_engine
 from bertonnx.runtime.core.contract import FP32_ATOL
 
 from tests.conftest import CLS, EMB
@@ -22,7 +22,7 @@ from bertonnx.runtime.core import openvino_runtime  # noqa: E402
 def _pair(folder):
     cpu = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     ov = openvino_runtime.compile_model(folder / "model.onnx",
-                                        engines.openvino_config("f32", 1))
+                                        openvino_engine.openvino_config("f32", 1))
     return cpu, ov
 
 
@@ -75,7 +75,7 @@ def test_a_serialized_graph_compiles_as_its_file_does(tiny_export):
 
     folder = tiny_export(CLS)
     graph = onnx.load(str(folder / "model.onnx")).SerializeToString()
-    ov = openvino_runtime.compile_model(graph, engines.openvino_config("f32", 1))
+    ov = openvino_runtime.compile_model(graph, openvino_engine.openvino_config("f32", 1))
     _, from_file = _pair(folder)
     feeds = {k: v for k, v in padded_feeds(2, 9, 0).items()
              if k in {i.name for i in ov.get_inputs()}}
