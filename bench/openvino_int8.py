@@ -2,20 +2,20 @@
 fused fp32 graph, run by OpenVINO, against OpenVINO bf16 on the same graph and onnxruntime's
 int8 export, model only, one process (docs/engines.md, "Static int8 on OpenVINO").
 
-    python -m bertonnx.bench.openvino_int8 FP32_EXPORT INT8_EXPORT [--calibration 256]
-        [--rounds 7] [--threads 2]
+    python -m bertonnx.bench.openvino_int8 FP32_EXPORT INT8_EXPORT [--calibration N]
+        [--rounds 7] [--threads 2] [--e2e-rounds 3]
 
 FP32_EXPORT and INT8_EXPORT: an embedding model's `bertonnx export` folders (fp32, and int8 by
 this CPU's recipe). NNCF reads the fp32 graph as OpenVINO reads it (its com.microsoft ops
 decomposed into OpenVINO's) and quantizes it with the transformer preset (SmoothQuant, int8
-MatMuls with fp32 outliers kept) — once as it is and once with attention's core (two
-activations multiplied) left fp32 — calibrated on `--calibration` prose sentences that appear
-in neither held-out set (`disjoint_calibration`). Accuracy: each held-out text's mean-pooled,
-normalized vector against onnxruntime fp32's on the same graph (prose_sentences(512),
-prose_passages(128): bench.int8_accuracy's held-out prose). Speed: batch 32 × 128 random ids,
-the engines interleaved and rotated each round (medians): only ratios within a run mean
-anything. Needs `nncf` and `openvino` (bench-only; bertonnx's runtime needs neither NNCF nor
-this graph).
+MatMuls with fp32 outliers kept) — once as it is and once as an int8 export writes it
+(export/openvino_int8.py: its MatMuls kept fp32) — calibrated on the export's own calibration
+text (WordNet's sentences and their joined passages), or with `--calibration N` on N prose
+sentences that appear in neither held-out set (`disjoint_calibration`). Accuracy: each held-out
+text's mean-pooled, normalized vector against onnxruntime fp32's on the same graph
+(prose_sentences(512), prose_passages(128): bench.int8_accuracy's held-out prose). Speed: batch
+32 × 128 random ids, the engines interleaved and rotated each round (medians): only ratios
+within a run mean anything. Needs `nncf` and `openvino` (`bertonnx[nncf]`).
 
 Then end to end, as users run it: texts in, answers out, through bertonnx's own pipeline of the
 export (tokenizing, length-sorted micro-batches at each engine's batch width, pooling), one
@@ -38,6 +38,8 @@ from bertonnx.runtime.core.pipelines import PIPELINES, ExportFolder
 from bertonnx.runtime.core.session import Session, SessionConfig, create_session
 from bertonnx.runtime.core.tokenizer import load_tokenizer
 
+from bertonnx.export.openvino_int8 import calibration_texts, kept_fp32
+
 from .grid import mean_pooled
 from .inputs import prose_passages, prose_sentences, random_feeds
 from .timing import round_robin
@@ -58,20 +60,14 @@ def disjoint_calibration(held: dict[str, list[str]], n: int) -> list[str]:
     return pool[:: max(1, len(pool) // n)][:n]
 
 
-def activation_matmuls(model) -> list[str]:
-    """OpenVINO MatMuls of two activations (no weight among their inputs): attention's core."""
-    weights = ("Constant", "Convert")
-    return [op.get_friendly_name() for op in model.get_ops() if op.get_type_name() == "MatMul"
-            and not any(i.get_source_output().get_node().get_type_name() in weights
-                        for i in op.inputs())]
-
-
 def main(argv=None) -> int:
     # argparse, not click: a study run as `python -m`, not a bertonnx command
     ap = argparse.ArgumentParser(prog="python -m bertonnx.bench.openvino_int8")
     ap.add_argument("fp32", type=Path)
     ap.add_argument("int8", type=Path)
-    ap.add_argument("--calibration", type=int, default=256)
+    ap.add_argument("--calibration", type=int, default=0,
+                    help="calibrate on this many held-out prose sentences instead of the "
+                         "export's own calibration text (0)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--e2e-rounds", type=int, default=3)
@@ -86,7 +82,8 @@ def main(argv=None) -> int:
     tok.enable_padding()          # a batch as one rectangle: this bench feeds graphs directly
     tok.enable_truncation(512)
     held = {"sentences": prose_sentences(512), "passages": prose_passages(128)}
-    calibration = disjoint_calibration(held, args.calibration)
+    calibration = (disjoint_calibration(held, args.calibration) if args.calibration
+                   else calibration_texts())
     core = ov.Core()
     model = core.read_model(str(args.fp32 / "model.onnx"))
     names = {i.get_any_name() for i in model.inputs}
@@ -102,11 +99,10 @@ def main(argv=None) -> int:
     data = nncf.Dataset([batch(calibration[i:i + 8]) for i in range(0, len(calibration), 8)])
     quantized = nncf.quantize(model, data, model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(calibration))
-    # the attention core (Q·Kᵀ, P·V: both inputs activations) left fp32, as onnxruntime's
-    # QAttention leaves it: where the worst sentence's error was
-    core_fp32 = nncf.quantize(model, data, model_type=nncf.ModelType.TRANSFORMER,
-                              subset_size=len(calibration),
-                              ignored_scope=nncf.IgnoredScope(names=activation_matmuls(model)))
+    # what an int8 export writes: the same with export/openvino_int8.py's MatMuls left fp32
+    shipped = nncf.quantize(model, data, model_type=nncf.ModelType.TRANSFORMER,
+                            subset_size=len(calibration),
+                            ignored_scope=nncf.IgnoredScope(names=kept_fp32(model)))
     runs = {}
     for label, folder in (("onnxruntime fp32", args.fp32), ("onnxruntime int8 export", args.int8)):
         s = create_session(folder / "model.onnx", providers="cpu", threads=args.threads)
@@ -114,11 +110,10 @@ def main(argv=None) -> int:
     for label, graph, hint in (("OpenVINO bf16, fp32 graph", model, "bf16"),
                                ("OpenVINO, NNCF int8 graph, f32 hint", quantized, "f32"),
                                ("OpenVINO, NNCF int8 graph, bf16 hint", quantized, "bf16"),
-                               ("OpenVINO, NNCF int8, attention core fp32, f32 hint", core_fp32,
-                                "f32"),
-                               ("OpenVINO, NNCF int8, attention core fp32, bf16 hint", core_fp32,
-                                "bf16")):
-        compiled = core.compile_model(graph, "CPU", openvino_engine.openvino_config(hint, args.threads))
+                               ("OpenVINO, the shipped recipe, f32 hint", shipped, "f32"),
+                               ("OpenVINO, the shipped recipe, bf16 hint", shipped, "bf16")):
+        compiled = core.compile_model(graph, "CPU",
+                                      openvino_engine.openvino_config(hint, args.threads))
         request = compiled.create_infer_request()
         runs[label] = lambda f, r=request, o=compiled.outputs[0]: r.infer(f)[o].copy()
 
@@ -136,7 +131,9 @@ def main(argv=None) -> int:
     times = round_robin({k: (lambda run=run: run(fixed)) for k, run in runs.items()},
                         args.rounds, warmup=1, rotate=True)
     base = float(np.median(times["onnxruntime int8 export"]))
-    print(f"calibration: {len(calibration)} held-out prose sentences; batch {BATCH} x {SEQ}, "
+    print(f"calibration: {len(calibration)} " + ("held-out prose sentences" if args.calibration
+                                                  else "texts, the export's own") +
+          f"; batch {BATCH} x {SEQ}, "
           f"{args.threads} threads, median of {args.rounds}")
     print("| graph, engine | ms per batch | × onnxruntime int8 | cosine to fp32, sentences "
           "(mean / worst) | passages |")
@@ -145,7 +142,7 @@ def main(argv=None) -> int:
         ms = float(np.median(times[label]))
         print(f"| {label} | {1000 * ms:.1f} | {base / ms:.2f} | {accuracy[label][0]} | "
               f"{accuracy[label][1]} |")
-    end_to_end(args, {"f32": quantized, "f32, attention core fp32": core_fp32})
+    end_to_end(args, {"as NNCF writes it": quantized, "the shipped recipe": shipped})
     return 0
 
 

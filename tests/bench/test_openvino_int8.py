@@ -23,20 +23,3 @@ def test_too_many_asked_is_one_line_with_the_most_it_can_give():
     with pytest.raises(SystemExit) as e:
         disjoint_calibration(held, 100_000)
     assert "--calibration" in str(e.value) and "\n" not in str(e.value)
-
-
-def test_the_attention_core_is_the_two_activation_matmuls_of_each_layer(tiny_export):
-    """What the 'attention core fp32' row leaves unquantized: Q·Kᵀ and P·V of every layer, no
-    MatMul with a weight (OpenVINO's reading of the fused graph's Attention ops)."""
-    import json
-
-    ov = pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    from bertonnx.bench.openvino_int8 import activation_matmuls
-    from tests.conftest import EMB
-
-    folder = tiny_export(EMB)
-    model = ov.Core().read_model(str(folder / "model.onnx"))
-    layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
-    names = activation_matmuls(model)
-    every = [op for op in model.get_ops() if op.get_type_name() == "MatMul"]
-    assert len(names) == 2 * layers and len(every) > len(names)

@@ -55,6 +55,22 @@ def test_the_export_writes_hashes_and_judges_the_graph(int8_export):
     assert "calibration_en.txt" in record["calibration"]
 
 
+def test_the_recipe_keeps_attention_s_core_and_two_down_projections_fp32(tiny_export):
+    """What the recipe leaves unquantized: Q·Kᵀ and P·V of every layer (no weight among their
+    inputs) and the FFN down projections of the first two layers (each after a Gelu)."""
+    ov = pytest.importorskip("openvino")
+    from bertonnx.export.openvino_int8 import kept_fp32
+
+    folder = tiny_export(EMB)
+    model = ov.Core().read_model(str(folder / "model.onnx"))
+    layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    names = kept_fp32(model)
+    every = [op for op in model.get_ops() if op.get_type_name() == "MatMul"]
+    assert len(names) == len(set(names)) == 2 * layers + min(2, layers)
+    assert len(every) > len(names)
+    assert sum("down" in n or "output" in n for n in names) <= min(2, layers)
+
+
 def test_openvino_int8_answers_close_to_the_int8_graph_over_padded_batches(int8_export):
     """The same sentence vectors (by cosine) as onnxruntime's int8 graph of the same export,
     on OpenVINO's own runtime, in batches of mixed lengths (padding, OpenVINO's widths)."""
