@@ -61,7 +61,7 @@ def _mask_one_word(tokenizer, ids, encs):
         raise ArtifactError("the tokenizer has no mask token", "fill-mask needs a [MASK] token")
     positions = []
     for i, e in enumerate(encs):
-        n = len(e.tokens)
+        n = min(len(e.tokens), ids.shape[1])   # a row cut to the model's length ends there
         words = [j for j in range(1, n - 1)
                  if _letters(e.tokens[j]).isalpha() and not _joins_previous(e, j)
                  and not _joins_previous(e, j + 1)]

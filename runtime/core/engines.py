@@ -31,10 +31,9 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from . import defaults
+from . import defaults, openvino_engine
 from .batches import MAX_BATCH_TOKENS
 from .contract import BF16_MIN_MEAN_COSINE
-from . import openvino_engine
 from .cpu import cpu_flags, this_kind, usable_cpus
 from .errors import ConfigError
 from .once import first_time
@@ -282,8 +281,10 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
         # int8 rows run an int8 export's OpenVINO graph, the others an fp32 export's graph
         if (prec == "int8") != (quantization == "int8") or not _passed(engines, f"{name}:{prec}"):
             continue
-        ready = runtime_unavailable() is None if prec == "int8" else installed(name)
-        if not ready or (prec in ("bf16", "int8") and not has_bf16()):
+        if prec == "int8":   # the IR on OpenVINO's own runtime, at the hint it was measured at
+            if runtime_unavailable() is not None or openvino_engine.openvino_hint(prec) != "bf16":
+                continue
+        elif not installed(name) or (prec == "bf16" and not has_bf16()):
             continue
         return Choice(name, prec, f"auto: {kind} CPU, {name}:{prec} passed its gate at export",
                       _with_fallback(ENGINES[name]))

@@ -119,8 +119,16 @@ def openvino_hint(precision: str) -> str:
     """OpenVINO's INFERENCE_PRECISION_HINT for a precision: the int8 graph's unquantized ops
     run bf16 where the CPU computes it (how its parity and speed were measured), else f32."""
     if precision == "int8":
-        return "bf16" if has_bf16() else "f32"
+        return "bf16" if "BF16" in _runtime_capabilities() else "f32"
     return precision
+
+
+@functools.cache
+def _runtime_capabilities() -> tuple[str, ...]:
+    # asked of OpenVINO's own runtime, which runs the int8 graph: on Intel, asking the plugin
+    # would load its libopenvino beside the package's
+    find_runtime()
+    return tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def openvino_config(precision: str, threads: int | None, streams: int = 1) -> dict[str, str]:

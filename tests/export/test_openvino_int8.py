@@ -51,6 +51,7 @@ def test_the_export_writes_hashes_and_judges_the_graph(int8_export):
         record["agreement"] >= record["min_agreement"]
         and record["metrics"]["cosine_mean"] >= INT8_MIN_MEAN_COSINE
         and record["metrics"]["cosine_min"] >= INT8_MIN_COSINE)
+    assert record["hint"] == openvino_engine.openvino_hint("int8")
     assert record["hint"] == ("bf16" if openvino_engine.has_bf16() else "f32")
     assert "calibration_en.txt" in record["calibration"]
 
@@ -102,8 +103,8 @@ def test_auto_leaves_it_to_be_asked_for_by_name(monkeypatch):
     for kind in ("amx", "avx512-vnni", "avx2"):
         assert pick(passed, kind) == "cpu:f32"
     monkeypatch.setitem(engines.AUTO, "avx512-vnni", (("openvino", "int8"), ("cpu", "f32")))
-    assert pick(passed, "avx512-vnni") == ("openvino:int8" if openvino_engine.has_bf16()
-                                           else "cpu:f32")
+    bf16 = openvino_engine.openvino_hint("int8") == "bf16"
+    assert pick(passed, "avx512-vnni") == ("openvino:int8" if bf16 else "cpu:f32")
     assert pick({"openvino:int8": {"passed": False, "file": "x"}}, "avx512-vnni") == "cpu:f32"
     assert pick(passed, "avx512-vnni", q="none") == "cpu:f32"   # not an fp32 export's
     # asked for by name, it runs wherever OpenVINO does
