@@ -26,14 +26,17 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from bertonnx.runtime.core import engines, openvino_engine
 from bertonnx.runtime.core.contract import INT8_MIN_COSINE, INT8_MIN_MEAN_COSINE
-from bertonnx.runtime.core.errors import BertOnnxError
+from bertonnx.runtime.core.errors import ArtifactError, BertOnnxError
 from bertonnx.runtime.core.session import create_session
 
 from bertonnx.runtime.core.io import read_lines
@@ -92,35 +95,58 @@ def _samples(task: str, tokenizer, max_len: int, texts: list[str], names: set) -
 def write(fused: Path, folder: Path, *, task: str, tokenizer, max_len: int,
           calibration: Path | None, say) -> dict:
     """NNCF's int8 of the fused fp32 graph at `fused`, written as `folder / FILE`; the
-    manifest record's recipe part."""
-    # export-only libraries, imported when asked for (module docstring)
-    import nncf
-    import openvino as ov
-
+    manifest record's recipe part. NNCF runs in a child process: importing it changes the
+    process's logging for good (it sets its own Logger class, and after a quantize the caller's
+    warnings no longer reached pytest's handlers), and its progress bars write to stdout."""
     from bertonnx.runtime.core import openvino_runtime
 
-    nncf.set_log_level(logging.ERROR)   # its INFO lines name every MatMul it leaves alone
     texts = calibration_texts(calibration)
     say(f"quantizing for OpenVINO (NNCF static int8, {len(texts)} calibration texts)")
     model = openvino_runtime.core().read_model(str(fused))
     names = {i.get_any_name() for i in model.inputs}
     samples = _samples(task, tokenizer, max_len, texts, names)
+    del model
+    data = fused.with_name("calibration.npz")
+    np.savez(data, **{f"{i}/{k}": v for i, sample in enumerate(samples) for k, v in sample.items()})
+    done = subprocess.run([sys.executable, "-m", __spec__.name, str(fused), str(data),
+                           str(folder / FILE)], capture_output=True, text=True)
+    data.unlink()
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        raise ArtifactError(f"NNCF could not quantize the graph for OpenVINO ({why})",
+                            "export with --no-openvino-int8, or report it")
+    made = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"file": FILE, "weights": FILE.replace(".xml", ".bin"),
+            "recipe": f"nncf {made['nncf']} transformer preset, static int8; fp32: attention's "
+                      f"core and the first two FFN down projections ({made['kept']} MatMuls)",
+            "calibration": (f"{calibration.name}" if calibration is not None else
+                            f"{len(texts)} texts: calibration_en.txt and its sentences joined "
+                            f"{JOINED} at a time")}
+
+
+def _quantize(fused: str, data: str, out: str) -> None:
+    """The child process of `write`: NNCF on the graph with the calibration samples saved."""
+    # export-only libraries, imported in this child only (write's docstring)
+    import nncf
+    import openvino as ov
+
+    nncf.set_log_level(logging.ERROR)   # its INFO lines name every MatMul it leaves alone
+    with np.load(data) as z:
+        samples: dict[int, dict] = {}
+        for key in z.files:
+            i, name = key.split("/", 1)
+            samples.setdefault(int(i), {})[name] = z[key]
+    model = ov.Core().read_model(fused)
     kept = kept_fp32(model)
-    # its progress bars (rich, on stdout) would land inside `export --json`'s answer
+    # its progress bars (rich) on stdout, where this process answers
     with contextlib.redirect_stdout(io.StringIO()):
-        quantized = nncf.quantize(model, nncf.Dataset(samples),
+        quantized = nncf.quantize(model, nncf.Dataset([samples[i] for i in sorted(samples)]),
                                   model_type=nncf.ModelType.TRANSFORMER,
                                   subset_size=len(samples),
                                   ignored_scope=nncf.IgnoredScope(names=kept))
     # fp32 as NNCF left it: save_model's default would halve every unquantized weight to fp16
-    ov.save_model(quantized, str(folder / FILE), compress_to_fp16=False)
-    return {"file": FILE, "weights": FILE.replace(".xml", ".bin"),
-            "recipe": f"nncf {nncf.__version__} transformer preset, static int8; fp32: "
-                      f"attention's core and the first two FFN down projections ({len(kept)} "
-                      "MatMuls)",
-            "calibration": (f"{calibration.name}" if calibration is not None else
-                            f"{len(texts)} texts: calibration_en.txt and its sentences joined "
-                            f"{JOINED} at a time")}
+    ov.save_model(quantized, out, compress_to_fp16=False)
+    print(json.dumps({"nncf": nncf.__version__, "kept": len(kept)}))
 
 
 def judge(reference, folder: Path, record: dict, row, say) -> dict:
@@ -144,3 +170,7 @@ def judge(reference, folder: Path, record: dict, row, say) -> dict:
         metrics["cosine_min"] >= INT8_MIN_COSINE))
     return {**record, **figures, "passed": bool(figures.get("passed")) and cosine_ok,
             "hint": openvino_engine.openvino_hint("int8")}
+
+
+if __name__ == "__main__":   # write's child process: `python -m` FUSED SAMPLES OUT
+    _quantize(*sys.argv[1:4])
