@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.core import engines, openvino_engine
+from bertonnx.runtime.core import engines, openvino_engine, openvino_runtime
 from bertonnx.runtime.core.contract import INT8_MIN_COSINE, INT8_MIN_MEAN_COSINE
 from bertonnx.runtime.core.errors import ArtifactError, BertOnnxError
 from bertonnx.runtime.core.session import create_session
@@ -98,8 +98,6 @@ def write(fused: Path, folder: Path, *, task: str, tokenizer, max_len: int,
     manifest record's recipe part. NNCF runs in a child process: importing it changes the
     process's logging for good (it sets its own Logger class, and after a quantize the caller's
     warnings no longer reached pytest's handlers), and its progress bars write to stdout."""
-    from bertonnx.runtime.core import openvino_runtime
-
     texts = calibration_texts(calibration)
     say(f"quantizing for OpenVINO (NNCF static int8, {len(texts)} calibration texts)")
     model = openvino_runtime.core().read_model(str(fused))
@@ -107,7 +105,8 @@ def write(fused: Path, folder: Path, *, task: str, tokenizer, max_len: int,
     samples = _samples(task, tokenizer, max_len, texts, names)
     del model
     data = fused.with_name("calibration.npz")
-    np.savez(data, **{f"{i}/{k}": v for i, sample in enumerate(samples) for k, v in sample.items()})
+    np.savez(data, **{f"{i}/{k}": v for i, sample in enumerate(samples)
+                      for k, v in sample.items()})
     done = subprocess.run([sys.executable, "-m", __spec__.name, str(fused), str(data),
                            str(folder / FILE)], capture_output=True, text=True)
     data.unlink()
