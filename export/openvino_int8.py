@@ -34,12 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bertonnx.runtime.core import engines, openvino_engine, openvino_runtime
+from bertonnx.runtime.core import engines, openvino_engine
 from bertonnx.runtime.core.contract import INT8_MIN_COSINE, INT8_MIN_MEAN_COSINE
 from bertonnx.runtime.core.errors import ArtifactError, BertOnnxError
-from bertonnx.runtime.core.session import create_session
-
 from bertonnx.runtime.core.io import read_lines
+from bertonnx.runtime.core.session import create_session
 
 from . import agreement
 from .calibrate import calibration_sentences
@@ -78,7 +77,7 @@ def kept_fp32(model) -> list[str]:
     return [op.get_friendly_name() for op in core + down[:2]]
 
 
-def _samples(task: str, tokenizer, max_len: int, texts: list[str], names: set) -> list[dict]:
+def _samples(task: str, tokenizer, max_len: int, texts: list[str]) -> list[dict]:
     """NNCF's calibration samples: the task's inputs (pairs where it takes pairs) made from the
     texts by the agreement gate's own builders, `BATCH` texts each."""
     out = []
@@ -88,7 +87,7 @@ def _samples(task: str, tokenizer, max_len: int, texts: list[str], names: set) -
         (ids, mask, tt), _ = agreement.task_batch(task, tokenizer, max_len, chunk, pairs)
         feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
                  "token_type_ids": tt.numpy()}
-        out.append({k: v.astype(np.int64) for k, v in feeds.items() if k in names})
+        out.append({k: v.astype(np.int64) for k, v in feeds.items()})
     return out
 
 
@@ -100,10 +99,7 @@ def write(fused: Path, folder: Path, *, task: str, tokenizer, max_len: int,
     warnings no longer reached pytest's handlers), and its progress bars write to stdout."""
     texts = calibration_texts(calibration)
     say(f"quantizing for OpenVINO (NNCF static int8, {len(texts)} calibration texts)")
-    model = openvino_runtime.core().read_model(str(fused))
-    names = {i.get_any_name() for i in model.inputs}
-    samples = _samples(task, tokenizer, max_len, texts, names)
-    del model
+    samples = _samples(task, tokenizer, max_len, texts)
     data = fused.with_name("calibration.npz")
     np.savez(data, **{f"{i}/{k}": v for i, sample in enumerate(samples)
                       for k, v in sample.items()})
@@ -136,10 +132,12 @@ def _quantize(fused: str, data: str, out: str) -> None:
             i, name = key.split("/", 1)
             samples.setdefault(int(i), {})[name] = z[key]
     model = ov.Core().read_model(fused)
+    names = {i.get_any_name() for i in model.inputs}   # a fused graph may lack token_type_ids
     kept = kept_fp32(model)
     # its progress bars (rich) on stdout, where this process answers
     with contextlib.redirect_stdout(io.StringIO()):
-        quantized = nncf.quantize(model, nncf.Dataset([samples[i] for i in sorted(samples)]),
+        feeds = [{k: v for k, v in samples[i].items() if k in names} for i in sorted(samples)]
+        quantized = nncf.quantize(model, nncf.Dataset(feeds),
                                   model_type=nncf.ModelType.TRANSFORMER,
                                   subset_size=len(samples),
                                   ignored_scope=nncf.IgnoredScope(names=kept))
