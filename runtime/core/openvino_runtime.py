@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,13 +81,27 @@ class RuntimeSession:
             self._idle.put(request)
 
 
+_core_lock = threading.Lock()
+
+
 @functools.cache
-def core():
-    """The process's one OpenVINO Core (it finds and loads its device plugins once)."""
+def _core():
     # the openvino extra's (180 MB, optional): imported only where this engine runs
     import openvino
 
+    # The first `Type.to_dtype()` in a process (every infer call makes one) initializes a C++
+    # static whose initializer waits for the GIL, while a second thread making its first call
+    # waits on that static holding the GIL: two streams' first calls at once hung for good in
+    # 5 of 40 fresh processes (openvino 2026.4.1, 2 threads past a barrier). Made here, once,
+    # before any session exists to be called from threads.
+    openvino.Type.f32.to_dtype()
     return openvino.Core()
+
+
+def core():
+    """The process's one OpenVINO Core (it finds and loads its device plugins once)."""
+    with _core_lock:   # two loads at once in threads make one Core, and one to_dtype first
+        return _core()
 
 
 def compile_model(model: str | Path | bytes, config: dict[str, str]) -> RuntimeSession:

@@ -3,6 +3,8 @@ session.py and export's parity read of it, on any CPU OpenVINO runs on (the engi
 where onnxruntime's plugin offers no device; the module itself runs on Intel CPUs too)."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -81,3 +83,36 @@ def test_a_serialized_graph_compiles_as_its_file_does(tiny_export):
              if k in {i.name for i in ov.get_inputs()}}
     for a, b in zip(ov.run(None, feeds), from_file.run(None, feeds)):
         np.testing.assert_array_equal(a, b)
+
+
+FIRST_CALLS = """
+import sys, threading
+from bertonnx.runtime.core import openvino_engine, openvino_runtime
+ov = openvino_runtime.compile_model(sys.argv[1], openvino_engine.openvino_config("f32", 1))
+feeds = {i.name: __import__("numpy").ones((1, 4), "int64") for i in ov.get_inputs()}
+start = threading.Barrier(2)
+def call():
+    start.wait()
+    ov.run(None, feeds)
+threads = [threading.Thread(target=call) for _ in range(2)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+"""
+
+
+def test_two_threads_first_calls_at_once_do_not_hang(tiny_export):
+    """A bulk job's two streams make the process's first infer calls together: before
+    openvino_runtime.core() made the first `Type.to_dtype()` itself, that hung for good in 5 of
+    40 fresh processes (OpenVINO's Python binding). 16 fresh processes, each given a minute
+    (one takes about a second); with the hang back, all 16 finish with odds of about 12%."""
+    folder = tiny_export(EMB)
+
+    def first_calls(_):
+        try:
+            return subprocess.run([sys.executable, "-c", FIRST_CALLS, str(folder / "model.onnx")],
+                                  capture_output=True, text=True, timeout=60).returncode
+        except subprocess.TimeoutExpired:
+            return "hung"
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(first_calls, range(16))) == [0] * 16
