@@ -56,6 +56,12 @@ class Engine:
     # (Zen 4); AMX tiles want larger GEMMs — OpenVINO bf16, MiniLM, 512 prose sentences, 2
     # threads, one process: 512 969, 2048 1045, 4096 1036 texts/s (Xeon with AMX)
     batch_tokens: int = MAX_BATCH_TOKENS
+    # ... where a precision differs: the static int8 graph's VNNI GEMMs gain nothing past 1024
+    # (per-token time level from 352 to 1,936 tokens a call), and smaller calls pad less and
+    # share the last ones between streams better — 1024 against 2048 on Zen 4, 2 threads, 5
+    # rounds: MiniLM 512 sentences 1.02x (one stream) / 1.07x (two), passages 1.01x / 1.05x,
+    # ColBERT documents 1.05x (docs/engines.md, "Static int8 on OpenVINO"). Not measured on AMX.
+    precision_batch_tokens: tuple[tuple[str, int], ...] = ()
     # a batch's width rounded up to this (batches.padded_width). OpenVINO's CPU plugin compiles
     # and caches kernels per input shape: on a server's mix of lengths every new width cost a
     # compile and ~1.7 MB kept for the process's life (MiniLM, 2,000 widths: 2.6 GB). Widths
@@ -76,7 +82,8 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("cpu", "CPUExecutionProvider", ("f32",)),
     Engine("openvino", openvino_engine.PROVIDER, ("f32", "bf16", "int8"), extra="openvino",
            plugin=openvino_engine.PLUGIN, install=openvino_engine.INSTALL,
-           batch_tokens=2048, pad_multiple=16, streams=2),
+           batch_tokens=2048, precision_batch_tokens=(("int8", 1024),), pad_multiple=16,
+           streams=2),
     Engine("cuda", "CUDAExecutionProvider", ("f32",), install="pip install onnxruntime-gpu"),
     Engine("tensorrt", "TensorrtExecutionProvider", ("f32",),
            install="pip install onnxruntime-gpu tensorrt"),
@@ -94,8 +101,8 @@ AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
     # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 1.8-2.1x the CPU provider model-only,
     # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there. Not an
-    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.1-1.3x its onnxruntime
-    # graph on passages but 0.86-0.90x served short sentences, at 2.6-3.2x the RSS
+    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.3x its onnxruntime
+    # graph end to end in bulk but 0.86-0.90x served short sentences, at 2.6-3.2x the RSS
     # (docs/engines.md): asked for by name only
     "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }
@@ -113,7 +120,9 @@ class Choice:
     @property
     def batch_tokens(self) -> int:
         row = ENGINES.get(self.engine)
-        return row.batch_tokens if row is not None else MAX_BATCH_TOKENS
+        if row is None:
+            return MAX_BATCH_TOKENS
+        return dict(row.precision_batch_tokens).get(self.precision, row.batch_tokens)
 
     @property
     def pad_multiple(self) -> int:

@@ -357,13 +357,16 @@ class Pipeline:
 
     # -- running -----------------------------------------------------------------------
 
-    def batches(self, encodings: list, batch_size: int | None = None) -> Iterator[Batch]:
-        """`encodings` as length-sorted micro-batches sized and padded for this engine."""
+    def batches(self, encodings: list, batch_size: int | None = None,
+                longest: int | None = None) -> Iterator[Batch]:
+        """`encodings` as length-sorted micro-batches sized and padded for this engine, never
+        wider than `longest` (the longest row the caller can make; None: the model's)."""
         size = self.batch_size if batch_size is None else batch_size  # 0 is an error, not "default"
         check_batch_size(size, "batch_size=32")
         cfg = self.session.config   # the engine's tokens per call and width multiple
+        limit = self.max_length if longest is None else min(longest, self.max_length)
         return micro_batches(encodings, size, self.tokenizer.pad_token_id, self.batch_tokens
-                             or cfg.batch_tokens, self.batch_rows, cfg.pad_multiple, self.max_length)
+                             or cfg.batch_tokens, self.batch_rows, cfg.pad_multiple, limit)
 
     def run(self, encodings: list, batch_size: int | None = None
             ) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:

@@ -240,7 +240,8 @@ def test_gpu_engines_fall_back_as_onnxruntime_orders_them():
 @needs_openvino
 def test_micro_batches_follow_the_engine(tiny_export):
     """The CPU provider's calls stop at 512 padded tokens; OpenVINO's at 2048 (AMX wants larger
-    GEMMs), its batches' widths in steps of 16 (a kernel compiled per shape)."""
+    GEMMs; its static int8 graph's at 1024: tests/export/test_openvino_int8.py), its batches'
+    widths in steps of 16 (a kernel compiled per shape)."""
     texts = ["the cat sat on the mat with the dog in paris and london"] * 256
     for engine, cap, multiple in (("cpu", 512, 1), ("openvino:f32", 2048, 16)):
         pipe = load(tiny_export(EMB), providers=engine)

@@ -17,6 +17,7 @@ from bertonnx.runtime.core.errors import ArtifactError, ConfigError
 from bertonnx.runtime.core.pipelines.multi_vector import maxsim
 
 from tests.colbert_reference import CASES, DOCUMENTS, POOLS, QUERIES, STANFORD
+from tests.runtime._engines import NO_OPENVINO, OPENVINO
 from tests.runtime.core.pipelines._colbert import (  # noqa: F401 — fixtures
     ATOL, assert_token_vectors, colbert_export, colbert_references, export_json,
     reference_outputs)
@@ -131,6 +132,29 @@ def test_a_length_past_the_model_s_is_cut_to_fit_it(tiny_export):
     for got, want in zip(past, [pipe([long_text], is_query=q)[0] for q in (False, True)]):
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not OPENVINO, reason=NO_OPENVINO)
+def test_batches_are_never_wider_than_the_longest_row_a_text_makes(tiny_export):
+    """OpenVINO rounds a batch's width up to 16 (a kernel per shape); a ColBERT row is never
+    longer than its cut and marker, so documents cut there are fed that wide, not the next
+    multiple of 16 — the same vectors as the CPU provider's."""
+    import dataclasses
+
+    folder = tiny_export("multi-vector")
+    texts = [" ".join(["cat"] * n) for n in (3, 9, 40, 60, 80)]
+    answers = {}
+    for engine in ("cpu", "openvino:f32"):
+        pipe = load(folder, providers=engine)
+        pipe.settings = dataclasses.replace(pipe.settings, document_length=21)
+        seen, run = [], pipe.session.run
+        pipe.session.run = lambda feeds, outputs=None: (seen.append(feeds["input_ids"].shape),
+                                                        run(feeds, outputs))[1]
+        answers[engine] = pipe(texts)
+        assert max(t for _, t in seen) == 21
+    assert pipe.session.config.pad_multiple == 16
+    for a, b in zip(*answers.values()):
+        assert a.shape == b.shape and np.abs(a - b).max() <= ATOL
 
 
 @pytest.mark.parametrize("case", ["plain", "attend", STANFORD])
