@@ -16,10 +16,10 @@ The recipe (NNCF 3.4, `ModelType.TRANSFORMER`: SmoothQuant, symmetric int8 weigh
 correction) keeps fp32 what held the worst sentence down on held-out prose (bench.openvino_int8):
 attention's core (Q·Kᵀ and P·V, two activations multiplied — as onnxruntime's QAttention keeps
 it) and the first layer's FFN down projection, with SmoothQuant's alpha at 0.8 (NNCF's 0.95
-left the later down projections' worst sentence under 0.99; docs/engines.md). Calibration: the 300 WordNet sentences of
-calibration_en.txt, and the same joined eight at a time into passages (long inputs, whose
-activations short sentences do not reach) — text of no benchmark's held-out set — or the user's
-own (`--calibration FILE`). Needs `nncf` and `openvino` at export only
+left the later down projections' worst sentence under 0.99; docs/engines.md). Calibration: the
+300 WordNet sentences of calibration_en.txt, and the same joined eight at a time into passages
+(long inputs, whose activations short sentences do not reach) — text of no benchmark's held-out
+set — or the user's own (`--calibration FILE`). Needs `nncf` and `openvino` at export only
 (`pip install 'bertonnx[nncf]'`); the runtime needs `openvino` alone.
 """
 from __future__ import annotations
