@@ -138,7 +138,8 @@ def test_a_length_past_the_model_s_is_cut_to_fit_it(tiny_export):
 def test_batches_are_never_wider_than_the_longest_row_a_text_makes(tiny_export):
     """OpenVINO rounds a batch's width up to 16 (a kernel per shape); a ColBERT row is never
     longer than its cut and marker, so documents cut there are fed that wide, not the next
-    multiple of 16 — the same vectors as the CPU provider's."""
+    multiple of 16, and queries (all expanded to their length) exactly that wide — the same
+    vectors as the CPU provider's."""
     import dataclasses
 
     folder = tiny_export("multi-vector")
@@ -146,12 +147,13 @@ def test_batches_are_never_wider_than_the_longest_row_a_text_makes(tiny_export):
     answers = {}
     for engine in ("cpu", "openvino:f32"):
         pipe = load(folder, providers=engine)
-        pipe.settings = dataclasses.replace(pipe.settings, document_length=21)
+        pipe.settings = dataclasses.replace(pipe.settings, document_length=21, query_length=11)
         seen, run = [], pipe.session.run
         pipe.session.run = lambda feeds, outputs=None: (seen.append(feeds["input_ids"].shape),
                                                         run(feeds, outputs))[1]
-        answers[engine] = pipe(texts)
-        assert max(t for _, t in seen) == 21
+        answers[engine] = pipe(texts) + pipe(texts, is_query=True)
+        assert max(t for _, t in seen[:-1]) == 21   # documents
+        assert seen[-1][1] == 11                    # the queries, in one call
     assert pipe.session.config.pad_multiple == 16
     for a, b in zip(*answers.values()):
         assert a.shape == b.shape and np.abs(a - b).max() <= ATOL
