@@ -98,13 +98,12 @@ def main(argv=None) -> int:
                  "token_type_ids": np.zeros_like(ids)}
         return {k: v for k, v in feeds.items() if k in names}
 
-    data = nncf.Dataset([batch(calibration[i:i + 8]) for i in range(0, len(calibration), 8)])
-    quantized = nncf.quantize(model, data, model_type=nncf.ModelType.TRANSFORMER,
+    feeds = [batch(calibration[i:i + 8]) for i in range(0, len(calibration), 8)]
+    quantized = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(calibration))
     # what an int8 export writes: export/openvino_int8.py's recipe (its MatMuls left fp32,
     # its SmoothQuant alpha)
-    shipped = quantize(model, [batch(calibration[i:i + 8])
-                               for i in range(0, len(calibration), 8)])
+    shipped = quantize(model, feeds)
     runs = {}
     for label, folder in (("onnxruntime fp32", args.fp32), ("onnxruntime int8 export", args.int8)):
         s = create_session(folder / "model.onnx", providers="cpu", threads=args.threads)
