@@ -5,8 +5,8 @@ which the `openvino` engine runs at `openvino:int8` (runtime/core/engines.py).
 Why a second graph: onnxruntime's int8 (model.onnx) is dynamic — each MatMul quantizes its
 activations at run time, and attention's core stays fp32 — while OpenVINO runs a calibrated
 graph with its scales fixed, the rest at bf16 where the CPU computes bf16. On AMD Zen 4
-(AVX512-BF16, VNNI), MiniLM through bertonnx's pipelines, it is 1.3x the int8 export in bulk
-(mixed text and documents), but 0.86-0.90x served short sentences at 2.6-3.2x the RSS
+(AVX512-BF16, VNNI), MiniLM through bertonnx's pipelines, it is 1.13-1.33x the int8 export in
+bulk (mixed text and documents), but 0.86-0.90x served short sentences at 2.6-3.2x the RSS
 (docs/engines.md, "Static int8 on OpenVINO"), so it is run when asked for (`--providers
 openvino:int8`: bulk encoding of documents), not by `auto`. OpenVINO reads the IR, not an ONNX
 file, so onnxruntime never sees it; the manifest's `engines["openvino:int8"]` names the file

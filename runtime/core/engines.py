@@ -101,9 +101,9 @@ AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
     # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 1.8-2.1x the CPU provider model-only,
     # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there. Not an
-    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.3x its onnxruntime
-    # graph end to end in bulk but 0.86-0.90x served short sentences, at 2.6-3.2x the RSS
-    # (docs/engines.md): asked for by name only
+    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.13-1.33x its
+    # onnxruntime graph end to end in bulk but 0.86-0.90x served short sentences, at 2.6-3.2x
+    # the RSS (docs/engines.md): asked for by name only
     "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }
 DEFAULT_AUTO = (("cpu", "f32"),)
