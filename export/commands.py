@@ -9,10 +9,10 @@ import click
 
 from bertonnx.runtime.core.tasks import EXPORT_TASKS
 from bertonnx.runtime.core.cpu import TARGET_KINDS
+from bertonnx.runtime.core.engines import summary_lines
 from bertonnx.runtime.core.errors import CheckFailed
 from bertonnx.runtime.core.postprocess import cosine_matrix
 
-from .engines import summary_lines
 from .int8.recipes import RECIPES
 from .precisions import PRECISIONS, summary_line
 

@@ -3,7 +3,7 @@ the manifest's `engines`: OpenVINO at f32 (the fp32 tolerance, as the CPU provid
 (mean cosine per token to torch fp32, contract.BF16_MIN_MEAN_COSINE), against the same kept
 torch outputs the CPU provider's parity used. `auto` runs an engine only where its entry
 passed; an entry that fails is recorded, never a refusal of the export (the CPU provider's
-parity decides that).
+parity decides that), and a load that asks for it by name runs it with a warning.
 
 Measured only where it means something: an fp32 graph (OpenVINO runs none of a dynamic int8
 graph's ops), the extra installed, and bf16 only on a CPU that computes bf16 (elsewhere OpenVINO
@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertonnx.runtime.core import engines, openvino_engine
-from bertonnx.runtime.core.contract import INT8_MIN_COSINE, INT8_MIN_MEAN_COSINE
 from bertonnx.runtime.core.errors import BertOnnxError
 from bertonnx.runtime.core.session import create_session
 
@@ -49,28 +48,3 @@ def judge(reference, model_path: Path, mode: str, say) -> dict:
         figures[key] = compare(reference, sess)
         del sess
     return figures
-
-
-def summary_lines(figures: dict) -> list[str]:
-    """One line per engine, beside the CPU provider's parity line."""
-    lines = []
-    for key, f in figures.items():
-        if "note" in f:
-            lines.append(f"parity {key}: {f['note']}")
-        elif f.get("mode") == "int8":   # OpenVINO's static int8 graph (openvino_int8.py)
-            m = f["metrics"]
-            cos = (f", cosine mean {m['cosine_mean']:.4f}, worst {m['cosine_min']:.4f} (gate: "
-                   f"mean >= {INT8_MIN_MEAN_COSINE}, worst >= {INT8_MIN_COSINE})"
-                   if "cosine_mean" in m else "")
-            lines.append(f"parity {key}: agreement {f['agreement']:.3f} on {f['examples']} real "
-                         f"sentences (minimum {f['min_agreement']}){cos}: "
-                         f"{'PASS' if f['passed'] else 'FAIL'}")
-        elif f.get("mode") == "cosine":
-            mean, low = min(f["mean_cosine"].values()), min(f["min_cosine"].values())
-            lines.append(f"parity {key}: mean cosine {mean:.6f}, worst {low:.6f}, max |Δ| "
-                         f"{max(f['max_abs'].values()):.2e} (gate: mean >= "
-                         f"{f['gate_mean_cosine']}): {'PASS' if f['passed'] else 'FAIL'}")
-        else:
-            lines.append(f"parity {key}: max |Δ| {max(f['max_abs'].values()):.2e} (tolerance "
-                         f"{f['atol']}): {'PASS' if f['passed'] else 'FAIL'}")
-    return lines

@@ -14,6 +14,8 @@ from bertonnx.export.int8.recipes import RECIPES, calibration_feeds
 from bertonnx.runtime.core.contract import MODEL_NAME
 from bertonnx.runtime.core.session import create_session
 
+from tests.int8_options import ort_int8
+
 TASK = "feature-extraction"
 
 
@@ -43,7 +45,7 @@ def test_smoothing_the_attention_input_keeps_the_outputs(tiny_export, tmp_path):
 
 def test_the_recipe_records_what_it_smoothed(tiny_checkpoint, tmp_path):
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "q",
-                     ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv"))
+                     ort_int8(int8_recipe="s8-smooth-qkv"))
     q = m.quantization
     assert q["recipe"] == "s8-smooth-qkv" and "Attention inputs" in q["smoothing"]
     assert m.parity["passed"]
@@ -63,7 +65,7 @@ def test_real_minilm_is_as_close_to_fp32_as_ctranslate2_int8(minilm_dir, tmp_pat
 
     export_model(minilm_dir, TASK, tmp_path / "fp32", ExportOptions(parity=False))
     export_model(minilm_dir, TASK, tmp_path / name,
-                 ExportOptions(quantize="int8", int8_recipe=name, parity=False))
+                 ort_int8(int8_recipe=name, parity=False))
     fp32, int8 = load(tmp_path / "fp32"), load(tmp_path / name)
     for texts in (prose_sentences(512), prose_passages(128)):
         a, b = np.asarray(fp32(texts)), np.asarray(int8(texts))
@@ -77,7 +79,7 @@ def test_the_recipe_leaves_outlier_matmuls_fp32_and_records_them(tiny_checkpoint
     # at a threshold of 1 every MatMul's input qualifies, and all of them must stay fp32
     monkeypatch.setattr(smooth, "OUTLIER", 1.0)
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "q",
-                     ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv"))
+                     ort_int8(int8_recipe="s8-smooth-qkv"))
     graph = onnx.load(str(tmp_path / "q" / MODEL_NAME), load_external_data=False).graph
     kept = [n.name for n in graph.node if n.op_type == "MatMul"]
     record = m.quantization["fp32_matmuls"]

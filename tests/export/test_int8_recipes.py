@@ -13,6 +13,8 @@ from bertonnx.runtime.core import cpu
 from bertonnx.runtime.core.contract import MODEL_NAME
 from bertonnx.runtime.core.errors import CheckFailed, InputError
 
+from tests.int8_options import ort_int8
+
 TASK = "text-classification"
 
 
@@ -48,7 +50,7 @@ def test_candidates_follow_settings_recipe_then_target(monkeypatch):
 @pytest.mark.parametrize("target", ["avx2", "amx"])
 def test_manifest_records_target_recipe_and_evidence(tiny_checkpoint, tmp_path, target):
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / target,
-                     ExportOptions(quantize="int8", target_cpu=target))
+                     ort_int8(target_cpu=target))
     q, row = m.quantization, TARGETS[target]
     assert q["target"] == target and q["target_chosen_by"] == "--target-cpu"
     assert q["recipe"] == row.recipes[0] and q["evidence"] == row.rationale
@@ -68,7 +70,7 @@ def test_a_refused_recipe_gives_way_to_the_next(tiny_checkpoint, tmp_path, monke
 
     monkeypatch.setattr(agreement, "compare_agreement", first_refused)
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "a",
-                     ExportOptions(quantize="int8", target_cpu="amx"))
+                     ort_int8(target_cpu="amx"))
     first, second = TARGETS["amx"].recipes[:2]
     assert m.quantization["recipe"] == second
     assert m.quantization["refused_first"] == [{"recipe": first, "agreement": 0.5}]
@@ -77,7 +79,7 @@ def test_a_refused_recipe_gives_way_to_the_next(tiny_checkpoint, tmp_path, monke
                         lambda r, s: {**real(r, s), "agreement": 0.5, "passed": False})
     with pytest.raises(CheckFailed, match="int8 refused"):  # every recipe of the row refused
         export_model(tiny_checkpoint(TASK), TASK, tmp_path / "b",
-                     ExportOptions(quantize="int8", target_cpu="amx"))
+                     ort_int8(target_cpu="amx"))
     assert not (tmp_path / "b").exists()
 
 
@@ -99,7 +101,7 @@ def test_every_recipe_makes_a_graph_the_runtime_answers_with(tiny_checkpoint, tm
     from bertonnx.runtime import load
 
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / name,
-                     ExportOptions(quantize="int8", int8_recipe=name, parity=False))
+                     ort_int8(int8_recipe=name, parity=False))
     counts = graph.op_counts(onnx.load(str(tmp_path / name / MODEL_NAME)))
     for op, n in EXPECTED_OPS[name].items():
         assert counts.get(op, 0) >= n, (op, counts)
@@ -111,7 +113,7 @@ def test_every_recipe_makes_a_graph_the_runtime_answers_with(tiny_checkpoint, tm
 def test_measured_here_keeps_the_fastest_passing_recipe_and_its_figures(tiny_checkpoint,
                                                                         tmp_path):
     m = export_model(tiny_checkpoint(TASK), TASK, tmp_path / "m",
-                     ExportOptions(quantize="int8", measure_recipes=True))
+                     ort_int8(measure_recipes=True))
     q = m.quantization
     measured = q["evidence"]["measured_here"]
     assert set(measured) == set(candidates(ExportOptions(quantize="int8")))
@@ -139,7 +141,7 @@ def test_the_ffn_bias_folds_into_the_int8_matmul_at_load(tiny_checkpoint, tmp_pa
     import onnxruntime as ort
 
     export_model(tiny_checkpoint(TASK), TASK, tmp_path / "x",
-                 ExportOptions(quantize="int8", int8_recipe=name, parity=False))
+                 ort_int8(int8_recipe=name, parity=False))
     saved = onnx.load(str(tmp_path / "x" / MODEL_NAME))
     assert "BiasGelu" not in graph.op_counts(saved)
     opts = ort.SessionOptions()

@@ -14,13 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_int8_export_dequantizes_to_its_checkpoint(tiny_checkpoint, tmp_path):
     from bertonnx.build import load_pretrained
-    from bertonnx.export import ExportOptions, export_model
+    from bertonnx.export import export_model
+
+    from tests.int8_options import ort_int8
 
     source = tiny_checkpoint("fill-mask")
     # parity off: int8 agreement on a tiny random model is not what this test is about; s8,
     # since a SmoothQuant graph's weights are scaled (the script refuses it: below)
     export_model(source, "fill-mask", tmp_path / "int8",
-                 ExportOptions(quantize="int8", int8_recipe="s8", parity=False))
+                 ort_int8(int8_recipe="s8", parity=False))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "int8_to_checkpoint.py"),
                           str(tmp_path / "int8"), str(tmp_path / "recovered")],
                          capture_output=True, text=True, timeout=300)
@@ -39,10 +41,12 @@ def test_int8_export_dequantizes_to_its_checkpoint(tiny_checkpoint, tmp_path):
 
 
 def test_a_smoothquant_graph_is_refused_in_one_line(tiny_checkpoint, tmp_path):
-    from bertonnx.export import ExportOptions, export_model
+    from bertonnx.export import export_model
+
+    from tests.int8_options import ort_int8
 
     export_model(tiny_checkpoint("fill-mask"), "fill-mask", tmp_path / "int8",
-                 ExportOptions(quantize="int8", int8_recipe="s8-smooth-qkv", parity=False))
+                 ort_int8(int8_recipe="s8-smooth-qkv", parity=False))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "int8_to_checkpoint.py"),
                           str(tmp_path / "int8"), str(tmp_path / "recovered")],
                          capture_output=True, text=True, timeout=300)

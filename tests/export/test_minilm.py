@@ -11,6 +11,8 @@ from bertonnx.build import load_checkpoint, load_tokenizer
 from bertonnx.export import ExportOptions, export_model, graph
 from bertonnx.runtime.core.contract import FP32_ATOL, INT8_MIN_AGREEMENT, MODEL_NAME
 
+from tests.int8_options import ort_int8
+
 pytestmark = pytest.mark.slow
 
 
@@ -41,7 +43,7 @@ def test_minilm_sentiment_classifier_fp32_and_int8(minilm_dir, tmp_path):
     fit_head(model.model, load_tokenizer(minilm_dir), tweets(300), steps=100)
     fp32 = export_model(model, "text-classification", tmp_path / "fp32")
     _check_fp32(fp32)
-    q = export_model(model, "text-classification", tmp_path / "int8", ExportOptions(quantize="int8"))
+    q = export_model(model, "text-classification", tmp_path / "int8", ort_int8())
     assert q.parity["passed"] and q.parity["metrics"]["argmax"] >= INT8_MIN_AGREEMENT
     _check_int8_graph(tmp_path / "int8", fp32)
 
@@ -57,6 +59,6 @@ def test_minilm_fill_mask_fp32_and_int8(minilm_dir, tmp_path):
     # Structure and size only: an untrained MLM head (random dense -> LayerNorm) magnifies
     # int8 noise, so top-1 agreement on it is not the int8 graph's verdict (see README).
     q = export_model(model, "fill-mask", tmp_path / "int8",
-                     ExportOptions(quantize="int8", parity=False, allow_untrained_head=True))
+                     ort_int8(parity=False, allow_untrained_head=True))
     _check_int8_graph(tmp_path / "int8", fp32)
     assert q.quantization["tied_decoder"].startswith("MatMulInteger")

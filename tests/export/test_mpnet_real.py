@@ -10,11 +10,11 @@ int8 recipes never calibrated on (they use export/texts.py).
 - fp32: every layer's attention fused with the relative-position bias, the export's parity
   ≤ FP32_ATOL over the contract's shapes (up to 512 tokens: every bucket), and the runtime's
   embeddings within FP32_ATOL of `SentenceTransformer(folder).encode`;
-- int8: `export --quantize int8` as a user runs it, with its agreement gate on: this CPU's
-  SmoothQuant recipe (export/int8/smooth.py) is chosen — where the row tries an unsmoothed
-  recipe first (AVX2's s8-rr), this model's outlier activations get it refused (plain s8: a
-  mean cosine of 0.90) — and it keeps the mean
-  cosine of the pooled embeddings to fp32 ≥ 0.99, with every Attention fp32 beside its
+- int8: `export --quantize int8` as a user runs it (without the OpenVINO graph), with its
+  agreement gate on: this CPU's SmoothQuant recipe (export/int8/smooth.py) is chosen — where
+  the row tries an unsmoothed recipe first (AVX2's s8-rr), this model's outlier activations
+  get it refused (plain s8: a mean cosine of 0.90) — and it keeps the mean cosine of the
+  pooled embeddings to fp32 ≥ 0.99, with every Attention fp32 beside its
   relative-position bias and the two MatMuls whose inputs carry channels over 50x their
   median fp32 (smooth.OUTLIER). The gate's feature-extraction measure (nearest neighbour among
   export/texts.py's 40 unrelated sentences) counts fp32's near ties as agreeing
@@ -130,7 +130,9 @@ def test_int8_export_keeps_the_embeddings(mpnet_dir, fp32, tmp_path):
     kind = resolve_target("auto")[0]
     first, smooth = TARGETS[kind].recipes[0], next(
         r for r in TARGETS[kind].recipes if RECIPES[r].smooth)
-    m = export(mpnet_dir, tmp_path / "int8", "--quantize", "int8")
+    # onnxruntime's int8 graph alone: NNCF's graph for OpenVINO took 41 of the export's 66 s
+    # here, and on this model it fails its gate (docs/engines.md), which load then warns of
+    m = export(mpnet_dir, tmp_path / "int8", "--quantize", "int8", "--no-openvino-int8")
     quant = m["quantization"]
     # a row that tries an unsmoothed recipe first (AVX2's s8-rr) has it refused here
     refused = [] if RECIPES[first].smooth else [first]

@@ -179,6 +179,29 @@ def test_a_file_the_manifest_did_not_hash_is_refused(int8_export, tmp_path):
         load(copy, providers="openvino:int8")
 
 
+def test_a_graph_that_failed_its_gate_runs_by_name_with_one_warning(int8_export, tmp_path,
+                                                                    caplog):
+    """all-mpnet-base-v2's static int8 graph fails its gate (cosine mean 0.9944, worst 0.9874:
+    docs/engines.md): `auto` leaves it, and asked for by name it runs, saying so once."""
+    copy = tmp_path / "failed"
+    shutil.copytree(int8_export, copy)
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
+    record = manifest["engines"]["openvino:int8"]
+    record.update(passed=False, metrics={"cosine_mean": 0.9944, "cosine_min": 0.9874})
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with caplog.at_level("WARNING", logger="bertonnx"):
+        texts = _texts(5)
+        ran = load(copy, providers="openvino:int8")
+        assert ran.session.config.engine == "openvino" and len(ran(texts)) == 5
+        load(copy, providers="openvino:int8")              # the same folder: no second line
+        assert load(copy).session.config.engine == "cpu"   # auto: never the failed graph
+        load(int8_export, providers="openvino:int8")       # one that passed: no line
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{copy}: openvino:int8 failed its gate at export (agreement ")
+    assert "cosine mean 0.9944, worst 0.9874" in lines[0] and "\n" not in lines[0]
+
+
 def test_the_command_line_reports_it_and_refuses_what_cannot_be(tiny_checkpoint, tmp_path,
                                                                  capsys):
     ckpt = str(tiny_checkpoint(EMB))

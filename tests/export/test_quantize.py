@@ -11,6 +11,7 @@ from bertonnx.export.int8.settings import DEFAULT_INT8, Int8Settings
 from bertonnx.runtime.core.contract import INT8_MIN_AGREEMENT, MODEL_NAME
 
 from tests.conftest import TASK_NAMES
+from tests.int8_options import ort_int8
 
 LAYERS = 2  # tests/conftest.py make_checkpoint's num_hidden_layers
 
@@ -50,7 +51,7 @@ def test_int8_size_and_tied_weights(tiny_checkpoint, tmp_path):
     # Size and layout only: agreement is judged on the tiny exports above and on MiniLM (slow);
     # this model's 4000-word random MLM head has near-tied logits by construction.
     q = export_model(tiny_checkpoint("wide-fill-mask"), "fill-mask", tmp_path / "int8",
-                     ExportOptions(quantize="int8", parity=False))
+                     ort_int8(parity=False))
     ratio = q.quantization["size"]["model_bytes"] / fp32.quantization["size"]["model_bytes"]
     assert ratio <= 0.27
     assert q.quantization["size"]["ratio_to_fp32_graph"] == pytest.approx(ratio, abs=1e-3)
@@ -95,7 +96,7 @@ def test_quantizer_would_corrupt_tied_embeddings_without_us(tiny_checkpoint, tmp
                                       Int8Settings(False, "QInt8", False)])
 def test_other_int8_settings_are_recorded(tiny_checkpoint, tmp_path, settings):
     m = export_model(tiny_checkpoint("text-classification"), "text-classification", tmp_path / "q",
-                     ExportOptions(quantize="int8", int8=settings))
+                     ort_int8(int8=settings))
     assert m.parity["passed"]
     assert (m.quantization["per_channel"], m.quantization["weight_type"],
             m.quantization["reduce_range"]) == (settings.per_channel, settings.weight_type,

@@ -69,6 +69,7 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     # the engine: as asked, or `auto`'s pick for this CPU among those the export proved
     choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
                             engines=manifest.engines, where=str(path))
+    engines.warn_if_failed(choice, manifest.engines, str(path))  # asked for by name
     # the graph that engine reads: model.onnx, or the file the manifest names for it
     graph = engines.graph_file(choice, manifest.engines)
     if graph is not None and graph not in manifest.files:  # only a file the manifest verified

@@ -100,11 +100,13 @@ def test_the_shipped_default_says_nothing_on_any_cpu(caplog, monkeypatch, kind):
 
 def test_load_warns_for_a_graph_made_for_another_cpu(tiny_checkpoint, tmp_path, caplog,
                                                      monkeypatch):
-    from bertonnx.export import ExportOptions, export_model  # torch: the other tests run without
+    from bertonnx.export import export_model  # torch: the other tests run without
+
+    from tests.int8_options import ort_int8
 
     out = tmp_path / "int8-avx2"
     export_model(tiny_checkpoint("text-classification"), "text-classification", out,
-                 ExportOptions(quantize="int8", target_cpu="avx2", parity=False))
+                 ort_int8(target_cpu="avx2", parity=False))
     monkeypatch.setattr(once, "_given", set())
     monkeypatch.setattr(cpu, "this_kind", lambda: "amx")
     with caplog.at_level(logging.WARNING, logger="bertonnx"):

@@ -1,0 +1,16 @@
+"""Export options for the tests of onnxruntime's int8 graph (model.onnx) alone.
+
+Where nncf is installed, as in the suite's environment, an int8 export also writes NNCF's
+static int8 graph for OpenVINO and judges it (export/openvino_int8.py): a child process that
+imports nncf and calibrates on 338 texts, 3-4 s for a tiny model and 41 s for
+all-mpnet-base-v2 on a 2-core AMD EPYC. The tests of the dynamic recipes, their accuracy and
+their records leave it out; tests/export/test_openvino_int8.py, test_quantize.py (every task)
+and the family tests export it as users get it."""
+from __future__ import annotations
+
+from bertonnx.export import ExportOptions
+
+
+def ort_int8(**options) -> ExportOptions:
+    """`ExportOptions(quantize="int8", **options)` without the OpenVINO graph."""
+    return ExportOptions(quantize="int8", openvino_int8=False, **options)
