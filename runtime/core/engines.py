@@ -319,38 +319,36 @@ def warn_if_failed(choice: Choice, engines: dict, where: str) -> bool:
     record = engines.get(choice.key)
     if record is None or record.get("passed") or not first_time("gate", where, choice.key):
         return False
-    line = summary_lines({choice.key: record})[0].removeprefix(f"parity {choice.key}: ")
-    line = line.removesuffix(": FAIL")
     what = "was not judged at export" if "note" in record else "failed its gate at export"
     log.warning("%s: %s %s (%s); asked for by name, it runs — `--providers auto` takes only "
-                "what passed", where, choice.key, what, line)
+                "what passed", where, choice.key, what, _figures(record))
     return True
 
 
 def summary_lines(figures: dict) -> list[str]:
     """One line per engine's parity record (`Manifest.engines`): what export prints beside
-    the CPU provider's parity line, and what a load that runs a failed one warns."""
-    lines = []
-    for key, f in figures.items():
-        if "note" in f:
-            lines.append(f"parity {key}: {f['note']}")
-        elif f.get("mode") == "int8":   # OpenVINO's static int8 graph (openvino_int8.py)
-            m = f["metrics"]
-            cos = (f", cosine mean {m['cosine_mean']:.4f}, worst {m['cosine_min']:.4f} (gate: "
-                   f"mean >= {INT8_MIN_MEAN_COSINE}, worst >= {INT8_MIN_COSINE})"
-                   if "cosine_mean" in m else "")
-            lines.append(f"parity {key}: agreement {f['agreement']:.3f} on {f['examples']} real "
-                         f"sentences (minimum {f['min_agreement']}){cos}: "
-                         f"{'PASS' if f['passed'] else 'FAIL'}")
-        elif f.get("mode") == "cosine":
-            mean, low = min(f["mean_cosine"].values()), min(f["min_cosine"].values())
-            lines.append(f"parity {key}: mean cosine {mean:.6f}, worst {low:.6f}, max |Δ| "
-                         f"{max(f['max_abs'].values()):.2e} (gate: mean >= "
-                         f"{f['gate_mean_cosine']}): {'PASS' if f['passed'] else 'FAIL'}")
-        else:
-            lines.append(f"parity {key}: max |Δ| {max(f['max_abs'].values()):.2e} (tolerance "
-                         f"{f['atol']}): {'PASS' if f['passed'] else 'FAIL'}")
-    return lines
+    the CPU provider's parity line."""
+    return [f"parity {key}: {_figures(f)}" + ("" if "note" in f else
+                                              f": {'PASS' if f['passed'] else 'FAIL'}")
+            for key, f in figures.items()]
+
+
+def _figures(f: dict) -> str:
+    """A parity record's figures, without its verdict: summary_lines', and warn_if_failed's."""
+    if "note" in f:
+        return f["note"]
+    if f.get("mode") == "int8":   # OpenVINO's static int8 graph (openvino_int8.py)
+        m = f["metrics"]
+        cos = (f", cosine mean {m['cosine_mean']:.4f}, worst {m['cosine_min']:.4f} (gate: "
+               f"mean >= {INT8_MIN_MEAN_COSINE}, worst >= {INT8_MIN_COSINE})"
+               if "cosine_mean" in m else "")
+        return (f"agreement {f['agreement']:.3f} on {f['examples']} real sentences (minimum "
+                f"{f['min_agreement']}){cos}")
+    if f.get("mode") == "cosine":
+        mean, low = min(f["mean_cosine"].values()), min(f["min_cosine"].values())
+        return (f"mean cosine {mean:.6f}, worst {low:.6f}, max |Δ| "
+                f"{max(f['max_abs'].values()):.2e} (gate: mean >= {f['gate_mean_cosine']})")
+    return f"max |Δ| {max(f['max_abs'].values()):.2e} (tolerance {f['atol']})"
 
 
 # where auto takes OpenVINO bf16 for an fp32 export: the CPU feature and what it bought
