@@ -29,7 +29,7 @@ def streamed_rows(name: str, keys, threads: int, manifest) -> dict[str, str]:
     one per engine: each such session holds its streams' own memory (a fill-mask export's five
     sessions peaked at 3.0 GB against three's 1.6)."""
     key = choose(None, quantization=manifest.quantization.get("mode", "none"),
-                 engines=manifest.engines).key
+                 engines=manifest.engines, bulk=True).key
     n = parse(key).streams("auto", threads) if key in keys else 1
     return {f"{engine_row(name, key)} ({n} streams)": key} if n > 1 else {}
 

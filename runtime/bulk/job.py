@@ -60,6 +60,7 @@ class Summary:
     warnings: int = 0     # repeats of a warning, shown once
     max_errors: int = 0   # error rows tolerated: past them the job failed (`check`)
     blank: int = 0        # blank input lines skipped (no output row), as `--input` skips them
+    engine: str = ""      # what ran the rows, `engine:precision` (auto's pick for bulk work)
 
     @property
     def failed(self) -> bool:
@@ -78,7 +79,7 @@ class Summary:
                  else "")
         return (f"{self.rows} rows ({self.errors} errors{blank}) -> {self.output}: "
                 f"{self.new_rows} rows in {self.seconds:.1f} s, {self.rows_per_s:.0f} rows/s"
-                f"{resumed}")
+                f"{f' on {self.engine}' if self.engine else ''}{resumed}")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "rows_per_s": round(self.rows_per_s, 1), "failed": self.failed}
@@ -124,6 +125,8 @@ def job_identity(pipe: Pipeline, options: JobOptions, fmt: str) -> dict:
         "input": str(options.input.resolve()), "input_size": st.st_size,
         "input_mtime_ns": st.st_mtime_ns, "input_format": fmt,
         "model": str(Path(pipe.folder.path).resolve()), "task": pipe.task,
+        # rows of one output from one engine (auto's pick moves with the extras installed)
+        "engine": pipe.session.config.key,
         "params": options.params, "fields": options.fields, "chunk_size": options.chunk_size,
         "batch_size": pipe.batch_size, "on_error": options.on_error}, default=repr,
         sort_keys=True))
@@ -165,7 +168,8 @@ def run_job(pipe: Pipeline, options: JobOptions, cluster=None) -> Summary:
                          crash_after=int(crash) if crash else None)
         if sink is None:  # --resume on a finished output: nothing left to do
             return Summary(str(options.output), None, None, 0, 0.0)
-        return _run(reader, runner, sink, options, total, remote)
+        return replace(_run(reader, runner, sink, options, total, remote),
+                       engine=pipe.session.config.key)
     finally:
         if remote is not None:
             remote.close()

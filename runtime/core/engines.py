@@ -100,13 +100,19 @@ FALLBACK = {"tensorrt": ("CUDAExecutionProvider",)}
 AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
     "amx": (("openvino", "bf16"), ("openvino", "f32"), ("cpu", "f32")),
     # bf16 where the CPU computes it (Zen 4's AVX512-BF16: 1.8-2.1x the CPU provider model-only,
-    # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there. Not an
-    # int8 export's static int8 graph ("openvino", "int8"): on Zen 4, 1.13-1.33x its
-    # onnxruntime graph end to end in bulk but 0.86-0.90x served short sentences, at 2.6-3.2x
-    # the RSS (docs/engines.md): asked for by name only
+    # openvino_runtime.py); OpenVINO f32 measured level with the CPU provider there
     "avx512-vnni": (("openvino", "bf16"), ("cpu", "f32")),
 }
 DEFAULT_AUTO = (("cpu", "f32"),)
+# What `auto` tries before AUTO's rows for throughput work (streams="auto": `bertonnx run`, Ray
+# Data). An int8 export's static int8 graph on Zen 4: 1.10-1.33x its onnxruntime graph in bulk
+# and more exact (MiniLM passages: worst cosine 0.995 against 0.989), ColBERT documents 2.2x
+# PyLate's fastest against 1.8-1.9x — but 0.86-0.90x served short sentences, at 2.6-3.2x the
+# RSS, so latency work (load's default, serve) keeps AUTO's rows. Not measured on AMX with this
+# recipe: there AUTO's rows (docs/engines.md, "Static int8 on OpenVINO").
+BULK_AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
+    "avx512-vnni": (("openvino", "int8"),),
+}
 
 
 @dataclass(frozen=True)
@@ -266,10 +272,11 @@ def graph_file(choice: Choice, engines: dict) -> str | None:
 
 
 def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
-           kind: str | None = None) -> Choice:
+           kind: str | None = None, bulk: bool = False) -> Choice:
     """The Choice for a graph: `spec` as asked, or for `auto` the first row of AUTO for this CPU
-    whose engine is installed and whose precision the manifest's `engines` records as passing
-    its gate on this graph (an fp32 graph: `quantization` "none")."""
+    (for `bulk` throughput work, BULK_AUTO's first) whose engine is installed and whose
+    precision the manifest's `engines` records as passing its gate on this graph (an fp32
+    graph: `quantization` "none")."""
     kind = this_kind() if kind is None else kind
     if spec is None:  # a deployment's (or a test suite's) choice for every load in the process
         spec = os.environ.get(ENVIRONMENT) or "auto"
@@ -282,7 +289,7 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
             prec = "int8" if quantization == "int8" else "bf16" if bf16 else "f32"
             return _checked(replace(asked, precision=prec), ENGINES["openvino"])
         return asked
-    for name, prec in AUTO.get(kind, DEFAULT_AUTO):
+    for name, prec in (BULK_AUTO.get(kind, ()) if bulk else ()) + AUTO.get(kind, DEFAULT_AUTO):
         if name == "cpu":
             _advise(kind, quantization, engines, where)
             return Choice("cpu", prec, f"auto: {kind or 'this'} CPU",
@@ -295,8 +302,9 @@ def choose(spec, *, quantization: str, engines: dict, where: str = "the export",
                 continue
         elif not installed(name) or (prec == "bf16" and not has_bf16()):
             continue
-        return Choice(name, prec, f"auto: {kind} CPU, {name}:{prec} passed its gate at export",
-                      _with_fallback(ENGINES[name]))
+        work = "bulk work on " if bulk else ""
+        return Choice(name, prec, f"auto: {work}{kind} CPU, {name}:{prec} passed its gate at "
+                      "export", _with_fallback(ENGINES[name]))
     return Choice("cpu", "f32", "auto", (ENGINES["cpu"].provider,))
 
 

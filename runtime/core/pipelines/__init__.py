@@ -53,7 +53,9 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     provider names (a list or comma-separated) — runtime/core/engines.py. `streams`: the
     session's calls at once, its threads split between them (a call's micro-batches run side by
     side): 1, every thread on each call, is the latency default; "auto" is the engine's choice
-    for throughput work (OpenVINO: 2), which bulk jobs take (docs/engines.md, "Streams").
+    for throughput work (OpenVINO: 2), which bulk jobs take (docs/engines.md, "Streams"), and
+    with it `auto`'s engine for throughput (engines.BULK_AUTO: an int8 export's static int8
+    graph on Zen 4).
     """
     if task is not None:
         task = TASK_ALIASES.get(task, task)
@@ -66,9 +68,10 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
         raise TaskMismatchError(f"{path} was exported for {manifest.task}, not {task}",
                                 f"export the model with --task {task}, or use the "
                                 f"`bertonnx {TASKS[manifest.task].command}` command")
-    # the engine: as asked, or `auto`'s pick for this CPU among those the export proved
+    # the engine: as asked, or `auto`'s pick for this CPU among those the export proved (for
+    # throughput work, streams "auto", it may differ: engines.BULK_AUTO)
     choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
-                            engines=manifest.engines, where=str(path))
+                            engines=manifest.engines, where=str(path), bulk=streams == "auto")
     engines.warn_if_failed(choice, manifest.engines, str(path))  # asked for by name
     # the graph that engine reads: model.onnx, or the file the manifest names for it
     graph = engines.graph_file(choice, manifest.engines)

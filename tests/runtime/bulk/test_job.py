@@ -14,6 +14,7 @@ import pytest
 from bertonnx.runtime.bulk.job import CRASH_ENV
 
 from tests.conftest import CLS, EMB, FM, cli_without
+from tests.runtime._engines import OPENVINO
 from tests.runtime.bulk._helpers import bulk, write_input
 
 
@@ -75,6 +76,9 @@ def test_sigkill_mid_write_then_resume_equals_a_clean_run(tiny_export, tmp_path,
     assert again.returncode == 2 and "--resume to finish it" in again.stderr
     other = _cli(*args[:5], "--top-k", 3, "--output", out, "--resume")  # other flags: refused
     assert other.returncode == 2 and "params" in other.stderr
+    if OPENVINO:   # another engine's numbers in the same output: refused too
+        other = _cli(*args, "--output", out, "--resume", "--providers", "openvino:f32")
+        assert other.returncode == 2 and "other settings (engine)" in other.stderr, other.stderr
     # --chunk-size left out: the stopped job's own, from its commit.json (issue 31)
     resumed = _cli(*args[:3], *args[5:], "--output", out, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr
