@@ -227,6 +227,12 @@ class ParquetSink(Sink):
         pass
 
 
+def _change(key: str, was: dict, now: dict) -> str:
+    """`engine was cpu:f32, now openvino:int8` where both values are short, else the key."""
+    a, b = (v if isinstance(v, str) else json.dumps(v) for v in (was.get(key), now.get(key)))
+    return f"{key} was {a}, now {b}" if len(a + b) <= 60 else key
+
+
 def open_sink(target: Path, job: dict, *, resume: bool, force: bool, vector: bool,
               crash_after: int | None = None) -> Sink | None:
     """The sink for `target`: a new job, or (`resume`) the stopped one in `target.partial`,
@@ -249,8 +255,9 @@ def open_sink(target: Path, job: dict, *, resume: bool, force: bool, vector: boo
                             if commit and commit.job.get(k) != job.get(k))
             if differ:
                 raise InputError(f"{folder} holds a job with other settings "
-                                 f"({', '.join(differ)})", "run it with the same input, model "
-                                 "and flags to resume, or pass --force to start over")
+                                 f"({'; '.join(_change(k, commit.job, job) for k in differ)})",
+                                 "run it with the same input, model and flags to resume, or "
+                                 "pass --force to start over")
     elif target.exists() and not force:
         if resume:
             return None
