@@ -327,9 +327,11 @@ def warn_if_failed(choice: Choice, engines: dict, where: str) -> bool:
     record = engines.get(choice.key)
     if record is None or record.get("passed") or not first_time("gate", where, choice.key):
         return False
-    what = "was not judged at export" if "note" in record else "failed its gate at export"
-    log.warning("%s: %s %s (%s); asked for by name, it runs — `--providers auto` takes only "
-                "what passed", where, choice.key, what, _figures(record))
+    # a note says why there is no verdict ("not judged (--no-parity)", an error); figures failed
+    what = ("has no verdict from export: %s" if "note" in record
+            else "failed its gate at export (%s)")
+    log.warning("%s: %s " + what + "; asked for by name, it runs — `--providers auto` takes "
+                "only what passed", where, choice.key, _figures(record))
     return True
 
 

@@ -228,6 +228,17 @@ def test_a_graph_that_failed_its_gate_runs_by_name_with_one_warning(int8_export,
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"{copy}: openvino:int8 failed its gate at export (agreement ")
     assert "cosine mean 0.9944, worst 0.9874" in lines[0] and "\n" not in lines[0]
+    # exported with --no-parity: no verdict to report, and the line says so, not "failed"
+    unjudged = tmp_path / "unjudged"
+    shutil.copytree(int8_export, unjudged)
+    manifest["engines"]["openvino:int8"] = {**record, "note": "not judged (--no-parity)"}
+    (unjudged / MANIFEST_NAME).write_text(json.dumps(manifest))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertonnx"):
+        load(unjudged, providers="openvino:int8")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{unjudged}: openvino:int8 has no verdict from export: not judged (--no-parity); asked "
+        "for by name, it runs — `--providers auto` takes only what passed"]
 
 
 def test_the_command_line_reports_it_and_refuses_what_cannot_be(tiny_checkpoint, tmp_path,
