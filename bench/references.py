@@ -58,14 +58,14 @@ def export_folder(out: Path, quantize: str) -> Path:
 
 def bertonnx_loads(engines: str, streams: str, quantize: str) -> dict[str, tuple]:
     """Each export × engine × streams of the options, by the row's name: (the export's folder
-    under --out, `load`'s keywords)."""
+    under --out, `load`'s keywords); "auto" streams load as a bulk job does (`bulk`)."""
     out = {}
     for q in quantize.split(","):
         for e in engines.split(","):
             for s in streams.split(","):
                 n = s if s == "auto" else int(s)
                 name = (e if q == "none" else f"{q} {e}") + ("" if n == 1 else f", streams {n}")
-                out[name] = (q, {"providers": e, "streams": n})
+                out[name] = (q, {"providers": e, "streams": n, "bulk": n == "auto"})
     return out
 
 

@@ -175,8 +175,9 @@ def bertonnx_engine(kind: str, folder: Path, threads: int, streams: int | str = 
                     providers: str | None = None) -> Engine:
     """bertonnx's library call on the task's work (lists in, its own micro-batching);
     `streams` and `providers` as `load` takes them (defaults: 1 stream, `auto`'s engine;
-    "auto" streams: a bulk job's)."""
-    pipe = load(folder, threads=threads, streams=streams, providers=providers)
+    "auto" streams: as a bulk job loads it, auto's engine for bulk work too)."""
+    pipe = load(folder, threads=threads, streams=streams, providers=providers,
+                bulk=streams == "auto")
     name, precision = bertonnx_label(pipe)
     if pipe.session.config.streams > 1:
         name += f" ({pipe.session.config.streams} streams)"

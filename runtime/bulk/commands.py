@@ -165,7 +165,7 @@ def run(ctx, folder, threads, providers, batch_size, as_json, input_path, output
     elif actors is not None:
         raise InputError("--actors is an option of --ray", "pass --ray ADDRESS, or leave it out")
     pipe = load(folder, providers=providers, threads=threads, batch_size=batch_size,
-                streams=streams)
+                streams=streams, bulk=True)
     params = task_params(ctx, pipe.task, task_values)
     fields = fields_of(field_items, pair, type(pipe))
     summary = run_job(pipe, JobOptions(

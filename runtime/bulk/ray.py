@@ -147,7 +147,7 @@ def chunk_runner(folder, params: dict | None, fields: Mapping | None, on_error: 
                  streams: int | str = "auto") -> ChunkRunner:
     """A ChunkRunner on this node's copy of `folder` (what each actor builds once)."""
     pipe = load(folder_on_node(folder), providers=providers, threads=threads,
-                batch_size=batch_size or DEFAULT_BATCH_SIZE, streams=streams)
+                batch_size=batch_size or DEFAULT_BATCH_SIZE, streams=streams, bulk=True)
     return ChunkRunner(pipe, dict(params or {}), dict(fields or {}), on_error)
 
 
@@ -160,7 +160,8 @@ class Predictor:
     arguments (top_k, ...). fields: task field -> column ({"text": "review"}); other columns
     pass through untouched, an `id` column among them. threads: onnxruntime threads per actor
     (give the actor as many CPUs: `num_cpus=`); streams: its calls at once, as `load`'s
-    ("auto", a batch job's). on_error "fail" raises on a bad row instead.
+    ("auto", a batch job's); `auto`'s engine is the one for bulk work (load's `bulk`). on_error
+    "fail" raises on a bad row instead.
     """
 
     def __init__(self, folder, params: dict | None = None, fields: Mapping | None = None, *,

@@ -16,14 +16,16 @@ from bertonnx.bench.m3_peers import _accuracy, _sparse_cosine
 def test_every_export_runs_on_every_engine_and_stream_count():
     loads = references.bertonnx_loads("cpu,auto", "1,auto", "none,int8")
     assert loads == {
-        "cpu": ("none", {"providers": "cpu", "streams": 1}),
-        "cpu, streams auto": ("none", {"providers": "cpu", "streams": "auto"}),
-        "auto": ("none", {"providers": "auto", "streams": 1}),
-        "auto, streams auto": ("none", {"providers": "auto", "streams": "auto"}),
-        "int8 cpu": ("int8", {"providers": "cpu", "streams": 1}),
-        "int8 cpu, streams auto": ("int8", {"providers": "cpu", "streams": "auto"}),
-        "int8 auto": ("int8", {"providers": "auto", "streams": 1}),
-        "int8 auto, streams auto": ("int8", {"providers": "auto", "streams": "auto"}),
+        "cpu": ("none", {"providers": "cpu", "streams": 1, "bulk": False}),
+        "cpu, streams auto": ("none", {"providers": "cpu", "streams": "auto", "bulk": True}),
+        "auto": ("none", {"providers": "auto", "streams": 1, "bulk": False}),
+        "auto, streams auto": ("none", {"providers": "auto", "streams": "auto", "bulk": True}),
+        "int8 cpu": ("int8", {"providers": "cpu", "streams": 1, "bulk": False}),
+        "int8 cpu, streams auto": ("int8", {"providers": "cpu", "streams": "auto",
+                                            "bulk": True}),
+        "int8 auto": ("int8", {"providers": "auto", "streams": 1, "bulk": False}),
+        "int8 auto, streams auto": ("int8", {"providers": "auto", "streams": "auto",
+                                             "bulk": True}),
     }
     assert references.export_folder(Path("w"), "none") == Path("w/export")
     assert references.export_folder(Path("w"), "int8") == Path("w/export-int8")

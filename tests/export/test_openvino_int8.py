@@ -109,7 +109,7 @@ def test_its_calls_stop_at_1024_padded_tokens(int8_export):
 
 
 def test_auto_takes_it_for_bulk_work_on_zen_4_only(monkeypatch):
-    """`auto` takes it for throughput work (streams "auto": `run`, Ray Data) on AVX-512 VNNI,
+    """`auto` takes it for throughput work (`run`, Ray Data: load's `bulk`) on AVX-512 VNNI,
     where it measured faster and more exact in bulk; never for latency work (served short
     texts ran slower, at 2.6-3.2x the RSS: docs/engines.md), nor on AMX (not measured with
     this recipe). A row takes it only for an int8 export whose record passed, on a CPU that
@@ -157,8 +157,13 @@ def test_a_bulk_job_runs_on_it_by_default(int8_export, tmp_path,
     assert main([*args, "--output", str(tmp_path / "named.jsonl"), "--providers",
                  expected]) == 0
     assert (tmp_path / "auto.jsonl").read_bytes() == (tmp_path / "named.jsonl").read_bytes()
-    # a library call (latency work) keeps the CPU provider on the same CPU
+    # the engine is the work's, whatever the calls at once
+    assert main([*args, "--output", str(tmp_path / "one.jsonl"), "--streams", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["engine"] == expected
+    # a library call (latency work) keeps the CPU provider on the same CPU, at any streams
     assert load(int8_export).session.config.key == "cpu:f32"
+    assert load(int8_export, streams="auto").session.config.key == "cpu:f32"
+    assert load(int8_export, bulk=True).session.config.key == expected
 def test_on_real_weights_it_is_as_accurate_as_ctranslate2_on_held_out_prose(minilm_dir,
                                                                             tmp_path):
     """all-MiniLM-L6-v2's int8 export, its OpenVINO graph against sentence-transformers fp32 on

@@ -41,7 +41,8 @@ def __getattr__(name: str):
 
 def load(path: str | Path, *, task: str | None = None, providers=None,
          threads: int | None = None, optimization: str = "all",
-         batch_size: int = DEFAULT_BATCH_SIZE, streams: int | str = 1) -> Pipeline:
+         batch_size: int = DEFAULT_BATCH_SIZE, streams: int | str = 1,
+         bulk: bool = False) -> Pipeline:
     """The pipeline for the export at `path` (or `"default"`: the shipped export of `task`,
     bertonnx.runtime.core.defaults): manifest read and sha256-verified, one session. A folder made
     by Optimum or for transformers.js (runtime/core/foreign.py) is served as it is, with a warning
@@ -53,9 +54,10 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
     provider names (a list or comma-separated) — runtime/core/engines.py. `streams`: the
     session's calls at once, its threads split between them (a call's micro-batches run side by
     side): 1, every thread on each call, is the latency default; "auto" is the engine's choice
-    for throughput work (OpenVINO: 2), which bulk jobs take (docs/engines.md, "Streams"), and
-    with it `auto`'s engine for throughput (engines.BULK_AUTO: an int8 export's static int8
-    graph on Zen 4).
+    for throughput work (OpenVINO: 2), which bulk jobs take (docs/engines.md, "Streams").
+    `bulk`: the load is for throughput work (`bertonnx run`, Ray Data), where `auto` may pick
+    another engine than for latency work (engines.BULK_AUTO: an int8 export's static int8 graph
+    on Zen 4).
     """
     if task is not None:
         task = TASK_ALIASES.get(task, task)
@@ -69,9 +71,9 @@ def load(path: str | Path, *, task: str | None = None, providers=None,
                                 f"export the model with --task {task}, or use the "
                                 f"`bertonnx {TASKS[manifest.task].command}` command")
     # the engine: as asked, or `auto`'s pick for this CPU among those the export proved (for
-    # throughput work, streams "auto", it may differ: engines.BULK_AUTO)
+    # throughput work it may differ: engines.BULK_AUTO)
     choice = engines.choose(providers, quantization=manifest.quantization.get("mode", "none"),
-                            engines=manifest.engines, where=str(path), bulk=streams == "auto")
+                            engines=manifest.engines, where=str(path), bulk=bulk)
     engines.warn_if_failed(choice, manifest.engines, str(path))  # asked for by name
     # the graph that engine reads: model.onnx, or the file the manifest names for it
     graph = engines.graph_file(choice, manifest.engines)
