@@ -106,8 +106,8 @@ AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {
 DEFAULT_AUTO = (("cpu", "f32"),)
 # What `auto` tries before AUTO's rows for throughput work (load's `bulk`: `bertonnx run`, Ray
 # Data). An int8 export's static int8 graph on Zen 4: 1.10-1.33x its onnxruntime graph in bulk
-# and more exact (MiniLM passages: worst cosine 0.995 against 0.989), ColBERT documents 2.2x
-# PyLate's fastest against 1.8-1.9x — but 0.86-0.90x served short sentences, at 2.6-3.2x the
+# and more exact (MiniLM passages: worst cosine 0.995 against 0.989), ColBERT documents 2.1-2.4x
+# PyLate's fastest against 1.5-1.9x — but 0.95-1.02x served short sentences, at 2.6-2.7x the
 # RSS, so latency work (load's default, serve) keeps AUTO's rows. Not measured on AMX with this
 # recipe: there AUTO's rows (docs/engines.md, "Static int8 on OpenVINO").
 BULK_AUTO: dict[str | None, tuple[tuple[str, str], ...]] = {

@@ -111,7 +111,7 @@ def test_its_calls_stop_at_1024_padded_tokens(int8_export):
 def test_auto_takes_it_for_bulk_work_on_zen_4_only(monkeypatch):
     """`auto` takes it for throughput work (`run`, Ray Data: load's `bulk`) on AVX-512 VNNI,
     where it measured faster and more exact in bulk; never for latency work (served short
-    texts ran slower, at 2.6-3.2x the RSS: docs/engines.md), nor on AMX (not measured with
+    texts ran level, at 2.6-2.7x the RSS: docs/engines.md), nor on AMX (not measured with
     this recipe). A row takes it only for an int8 export whose record passed, on a CPU that
     computes bf16 (the hint its speed and parity were measured at)."""
     monkeypatch.delenv(engines.ENVIRONMENT, raising=False)
@@ -137,8 +137,7 @@ def test_auto_takes_it_for_bulk_work_on_zen_4_only(monkeypatch):
     assert "openvino:int8" in engines.runnable("int8", passed)
 
 
-def test_a_bulk_job_runs_on_it_by_default(int8_export, tmp_path,
-                                                                  monkeypatch, capsys):
+def test_a_bulk_job_runs_on_it_by_default(int8_export, tmp_path, monkeypatch, capsys):
     """`bertonnx run`'s default on Zen 4 (forced here, so every CPU runs the test; a CPU
     without bf16 keeps the CPU provider): the static graph, named in the summary, its rows as
     `openvino:int8` asked for by name gives them; the library's default call stays on the CPU
@@ -164,6 +163,8 @@ def test_a_bulk_job_runs_on_it_by_default(int8_export, tmp_path,
     assert load(int8_export).session.config.key == "cpu:f32"
     assert load(int8_export, streams="auto").session.config.key == "cpu:f32"
     assert load(int8_export, bulk=True).session.config.key == expected
+
+
 def test_on_real_weights_it_is_as_accurate_as_ctranslate2_on_held_out_prose(minilm_dir,
                                                                             tmp_path):
     """all-MiniLM-L6-v2's int8 export, its OpenVINO graph against sentence-transformers fp32 on
