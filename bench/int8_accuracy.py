@@ -73,7 +73,7 @@ def study(source: Path, work: Path, recipes: list[str], threads: list[int], roun
             for name, call in e2e.items():
                 if name != "fp32":
                     figs = [cosines(call(v), refs[k]) for k, v in texts.items()]
-                    lines.append(f"  accuracy {name:<22} " + "  ".join(
+                    lines.append(f"  accuracy {name:<34} " + "  ".join(
                         f"{k} {m:.4f} / {w:.4f}" for k, (m, w) in zip(texts, figs)))
         feeds = random_feeds(32, 64, json.loads((folders["fp32"] / "config.json").read_text())
                              ["vocab_size"], seed=1)
@@ -88,9 +88,9 @@ def study(source: Path, work: Path, recipes: list[str], threads: list[int], roun
         for name in ee:
             e = stats(ee[name])["median"]
             m = stats(mo[name])["median"] if name in mo else None
-            row = f"  {n}t {name:<22} "
-            row += (f"b32s64 {m * 1000:7.1f} ms ({m / base:4.2f}× s8)  " if m and base
-                    else " " * 33)
+            row = f"  {n}t {name:<34} "
+            row += (f"b32s64 {m * 1000:7.1f} ms" if m else " " * 16)
+            row += f" ({m / base:4.2f}× s8)  " if m and base else "  "
             row += f"e2e {len(texts['sentences']) / e:6.1f} texts/s"
             row += f" ({e / ebase:4.2f}× s8 time)" if ebase else ""
             lines.append(row)

@@ -99,29 +99,34 @@ def _channel_maxima(proto: onnx.ModelProto, names: list[str], feeds: list[dict],
 
 
 def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = None, *,
-           alpha: float = ALPHA, attention: bool = False
-           ) -> tuple[onnx.ModelProto, int, list[str]]:
+           alpha: float = ALPHA, attention: bool = False, widest: int = 0
+           ) -> tuple[onnx.ModelProto, int, dict[str, float]]:
     """The graph with every eligible MatMul smoothed (see the module docstring), how many
-    MatMuls were, and the names of those to leave fp32 instead (an input channel OUTLIER
-    times its median); with `attention`, the fused Attention's QKV projection is smoothed too
-    (its [H, 3H] weight is a MatMul's B). `proto` is changed in place and returned."""
+    MatMuls were, and those to leave fp32 instead, unsmoothed, each with its input's widest
+    channel over the median one: every MatMul at OUTLIER or more, and, where that is fewer
+    than `widest`, the next widest (recipes.py says why). With `attention`, the fused
+    Attention's QKV projection is smoothed too (its [H, 3H] weight is a MatMul's B). `proto`
+    is changed in place and returned."""
     groups = _shared_matmuls(proto, attention)
     inputs = sorted({n.input[0] for nodes in groups.values() for n in nodes})
     if not inputs:
-        return proto, 0, []
+        return proto, 0, {}
     maxima = _channel_maxima(proto, inputs, feeds, scratch)
+    amaxes = {w: np.maximum.reduce([maxima[n.input[0]] for n in nodes])
+              for w, nodes in groups.items()}
+    ratios = {w: float(a.max() / max(float(np.median(a)), _FLOOR)) for w, a in amaxes.items()
+              if all(n.op_type == "MatMul" for n in groups[w])}
+    ranked = sorted(ratios, key=ratios.get, reverse=True)
+    fp32 = [w for w in ranked if ratios[w] >= OUTLIER]
+    fp32 += ranked[len(fp32):widest]
     g = proto.graph
     inits = {i.name: i for i in g.initializer}
     muls: dict[str, onnx.NodeProto] = {}  # the smoothed input -> its Mul, placed before its MatMul
-    outliers: list[str] = []
     for w, nodes in groups.items():
-        amax = np.maximum.reduce([maxima[n.input[0]] for n in nodes])
-        if (all(n.op_type == "MatMul" for n in nodes)
-                and amax.max() >= OUTLIER * max(float(np.median(amax)), _FLOOR)):
-            outliers.extend(n.name for n in nodes)
+        if w in fp32:
             continue
         weight = numpy_helper.to_array(inits[w])  # (K, N)
-        amax = np.maximum(amax, np.median(amax))  # quiet channels: see the module docstring
+        amax = np.maximum(amaxes[w], np.median(amaxes[w]))  # quiet channels: module docstring
         s = (np.maximum(amax, _FLOOR) ** alpha
              / np.maximum(np.abs(weight).max(axis=1), _FLOOR) ** (1 - alpha)).astype(np.float32)
         inits[w].CopyFrom(numpy_helper.from_array(weight * s[:, None], w))
@@ -139,4 +144,4 @@ def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = Non
         ordered.append(node)
     del g.node[:]
     g.node.extend(ordered)
-    return proto, len(muls), outliers
+    return proto, len(muls), {n.name: round(ratios[w], 1) for w in fp32 for n in groups[w]}

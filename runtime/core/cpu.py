@@ -26,18 +26,22 @@ from .once import first_time
 # Each kind's int8 recipes in the order export tries them (export/int8/evidence.toml): export's
 # TARGETS table (export/int8/recipes.py) is built from it, and the runtime reads it to tell
 # whether a re-export here would make another graph than the one it holds.
-# VNNI and AMX sum into int32, so their first recipe is the most accurate one, s8-smooth-qkv
-# (SmoothQuant of every quantized input): all-MiniLM-L6-v2 at CTranslate2's int8 accuracy
-# (cosine to fp32 on held-out prose, mean / worst 0.9973 / 0.9944, s8's 0.9929 / 0.9762) at
-# 0.98× s8's speed end to end (2 threads, AMD EPYC Zen 4; 0.90× on 1 thread of an AMX Xeon;
-# docs/int8.md). AVX2's 7-bit weights keep s8-rr first: their smoothed graph stays under
-# CTranslate2's worst case (0.9897), and its speed there is not measured. Each row's later
-# recipes are what the gate falls back to.
+# VNNI and AMX sum into int32, so their first recipe is the most accurate one,
+# s8-smooth-qkv-widest-fp32 (SmoothQuant of every quantized input, the MatMul with the widest
+# input fp32): all-MiniLM-L6-v2 closer to fp32 than CTranslate2's int8 (cosine on 2,560
+# held-out texts, mean / worst: sentences 0.9982 / 0.9953, passages 0.9981 / 0.9962, against
+# s8-smooth-qkv's 0.9973 / 0.9931 and 0.9968 / 0.9885) at 0.93x its speed end to end and
+# 1.04-1.17x CTranslate2 int8's (AMD EPYC Zen 4, 2 threads; docs/int8.md). AVX2's 7-bit
+# weights get the same recipe with them: 0.9967 / 0.9922 and 0.9961 / 0.9916, where
+# s8-rr-smooth-qkv fell to 0.9896 (speed on AVX2 not measured; on Zen 4 0.84-0.92x s8-rr's).
+# Each row's later recipes are what the gate falls back to.
 RECIPE_ORDER = {
-    "avx2": ("s8-rr", "s8-rr-smooth"),
-    "avx512": ("s8-rr", "s8-rr-smooth"),
-    "avx512-vnni": ("s8-smooth-qkv", "s8-smooth", "s8", "s8-rr", "s8-attention-fp32", "static"),
-    "amx": ("s8-smooth-qkv", "s8-smooth", "s8", "s8-rr", "s8-attention-fp32", "static"),
+    "avx2": ("s8-rr-smooth-qkv-widest-fp32", "s8-rr", "s8-rr-smooth"),
+    "avx512": ("s8-rr-smooth-qkv-widest-fp32", "s8-rr", "s8-rr-smooth"),
+    "avx512-vnni": ("s8-smooth-qkv-widest-fp32", "s8-smooth-qkv", "s8-smooth", "s8", "s8-rr",
+                    "s8-attention-fp32", "static"),
+    "amx": ("s8-smooth-qkv-widest-fp32", "s8-smooth-qkv", "s8-smooth", "s8", "s8-rr",
+            "s8-attention-fp32", "static"),
 }
 TARGET_KINDS = tuple(RECIPE_ORDER)
 CPUINFO = Path("/proc/cpuinfo")

@@ -23,8 +23,9 @@ def test_every_cpu_kind_has_a_row_of_known_recipes():
     for t in TARGETS.values():
         assert t.recipes and set(t.recipes) <= set(RECIPES) and t.rationale
         assert len(set(t.recipes)) == len(t.recipes)
-    # without VNNI the int16 pair sums saturate on full-range weights: 7-bit weights first
-    assert TARGETS["avx2"].recipes[0] == "s8-rr" and TARGETS["avx512"].recipes[0] == "s8-rr"
+    # without VNNI the int16 pair sums saturate on full-range weights: only 7-bit weights
+    for kind in ("avx2", "avx512"):
+        assert all(RECIPES[r].settings.reduce_range for r in TARGETS[kind].recipes)
 
 
 def test_candidates_follow_settings_recipe_then_target(monkeypatch):
@@ -93,7 +94,12 @@ EXPECTED_OPS = {"s8-rr": {"QAttention": 2}, "s8": {"QAttention": 2},
                 "s8-rr-smooth": {"QAttention": 2, "Mul": 6, "MatMulInteger": 6},
                 # and one before each layer's Attention (its QKV projection)
                 "s8-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6},
-                "s8-rr-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6}}
+                "s8-rr-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6},
+                # all but the first FFN down projection, which stays a (fp32) MatMul
+                "s8-smooth-qkv-widest-fp32": {"QAttention": 2, "Mul": 7, "MatMulInteger": 5,
+                                                  "MatMul": 1},
+                "s8-rr-smooth-qkv-widest-fp32": {"QAttention": 2, "Mul": 7,
+                                                     "MatMulInteger": 5, "MatMul": 1}}
 
 
 @pytest.mark.parametrize("name", list(RECIPES))

@@ -34,7 +34,7 @@ def test_smoothed_graph_keeps_its_outputs_and_scales_a_shared_weight_once(tiny_e
     before = _outputs(folder / MODEL_NAME, feeds)
 
     smoothed, n, outliers = smooth.smooth(proto, feeds, tmp_path)
-    assert outliers == []  # tiny random weights: no channel near OUTLIER x its median
+    assert outliers == {}  # tiny random weights: no channel near OUTLIER x its median
     assert n == sum(readers.values())  # every MatMul, each with its own Mul
     inverses = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer
                 if i.name.endswith("_smooth_inverse")}
@@ -86,7 +86,7 @@ def test_a_matmul_whose_input_has_an_outlier_channel_is_left_fp32_unsmoothed(tmp
     feeds = [{"x": x}]
     assert 100 * 0.5 / 1.0 >= smooth.OUTLIER  # the case under test: channel 0 is an outlier
     smoothed, n, outliers = smooth.smooth(proto, feeds, tmp_path)
-    assert (n, outliers) == (1, ["first"])
+    assert (n, list(outliers)) == (1, ["first"]) and outliers["first"] >= smooth.OUTLIER
     muls = [node for node in smoothed.graph.node if node.op_type == "Mul"]
     assert [m.output[0] for m in muls] == [next(node.input[0] for node in smoothed.graph.node
                                                 if node.name == "second")]
@@ -94,4 +94,32 @@ def test_a_matmul_whose_input_has_an_outlier_channel_is_left_fp32_unsmoothed(tmp
     np.testing.assert_array_equal(inits["a"], a)  # untouched: it stays fp32 as it was
     save_model(smoothed, tmp_path / "toy.onnx")
     np.testing.assert_allclose(_outputs(tmp_path / "toy.onnx", feeds)[0], x @ a @ b,
+                               rtol=1e-5, atol=1e-3)
+
+
+def test_the_widest_input_stays_fp32_when_asked_even_under_the_outlier_bar(tmp_path):
+    # the same chain with x's channel 0 at 20x the others (under OUTLIER) and y's alike:
+    # widest=1 leaves `first` fp32, unsmoothed; without it both are smoothed
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+    x = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float32)
+    x[:, 0] *= 20
+
+    def chain():
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node("MatMul", ["x", "a"], ["y"], name="first"),
+             onnx.helper.make_node("MatMul", ["y", "b"], ["z"], name="second")], "toy",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 8])],
+            [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [None, 8])],
+            [onnx.numpy_helper.from_array(a, "a"), onnx.numpy_helper.from_array(b, "b")])
+        return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+    _, n, kept = smooth.smooth(chain(), [{"x": x}], tmp_path)
+    assert (n, kept) == (2, {})
+    smoothed, n, kept = smooth.smooth(chain(), [{"x": x}], tmp_path, widest=1)
+    assert (n, list(kept)) == (1, ["first"]) and 10 < kept["first"] < smooth.OUTLIER
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer}
+    np.testing.assert_array_equal(inits["a"], a)
+    save_model(smoothed, tmp_path / "toy.onnx")
+    np.testing.assert_allclose(_outputs(tmp_path / "toy.onnx", [{"x": x}])[0], x @ a @ b,
                                rtol=1e-5, atol=1e-3)

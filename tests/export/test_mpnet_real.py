@@ -144,7 +144,8 @@ def test_int8_export_keeps_the_embeddings(mpnet_dir, fp32, tmp_path):
     assert len(attention) == 12 and all(
         n.op_type == "Attention" and n.input[ATTENTION_BIAS] for n in attention)
     # the two FFN-down inputs with a channel over smooth.OUTLIER x their median (64x, 67x on
-    # the calibration sentences; the next is 48x) stay fp32, and the manifest names them
+    # the calibration sentences; the next is 48x) stay fp32, and the manifest names them (they
+    # are the widest too: a recipe that keeps the widest fp32 keeps no other)
     kept = {n.name for n in proto.graph.node if n.op_type == "MatMul"}
     assert kept == {f"/encoder/layers.{i}/ffn/down/MatMul" for i in (6, 7)}, kept
     assert all(name in quant["fp32_matmuls"] for name in kept)
