@@ -69,18 +69,23 @@ def test_calibration_leaves_the_weights_in_the_graph_and_smooths_it_in_place(tin
     assert not any(p.suffix == ".data" for p in tmp_path.rglob("*"))  # the scratch copy is gone
 
 
-def test_a_matmul_whose_input_has_an_outlier_channel_is_left_fp32_unsmoothed(tmp_path):
-    # x -> MatMul(a) -> y -> MatMul(b): x's channel 0 runs 100x the others (over OUTLIER), y's
-    # channels are alike; only b is smoothed, and a is named to stay fp32
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+def _chain(a: np.ndarray, b: np.ndarray) -> onnx.ModelProto:
+    """x -> MatMul(a) ("first") -> y -> MatMul(b) ("second") -> z."""
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("MatMul", ["x", "a"], ["y"], name="first"),
          onnx.helper.make_node("MatMul", ["y", "b"], ["z"], name="second")], "toy",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 8])],
         [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [None, 8])],
         [onnx.numpy_helper.from_array(a, "a"), onnx.numpy_helper.from_array(b, "b")])
-    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_a_matmul_whose_input_has_an_outlier_channel_is_left_fp32_unsmoothed(tmp_path):
+    # x -> MatMul(a) -> y -> MatMul(b): x's channel 0 runs 100x the others (over OUTLIER), y's
+    # channels are alike; only b is smoothed, and a is named to stay fp32
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+    proto = _chain(a, b)
     x = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float32)
     x[:, 0] *= 100
     feeds = [{"x": x}]
@@ -104,19 +109,9 @@ def test_the_widest_input_stays_fp32_when_asked_even_under_the_outlier_bar(tmp_p
     a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
     x = rng.uniform(0.5, 1.0, (16, 8)).astype(np.float32)
     x[:, 0] *= 20
-
-    def chain():
-        graph = onnx.helper.make_graph(
-            [onnx.helper.make_node("MatMul", ["x", "a"], ["y"], name="first"),
-             onnx.helper.make_node("MatMul", ["y", "b"], ["z"], name="second")], "toy",
-            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 8])],
-            [onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [None, 8])],
-            [onnx.numpy_helper.from_array(a, "a"), onnx.numpy_helper.from_array(b, "b")])
-        return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
-
-    _, n, kept = smooth.smooth(chain(), [{"x": x}], tmp_path)
+    _, n, kept = smooth.smooth(_chain(a, b), [{"x": x}], tmp_path)
     assert (n, kept) == (2, {})
-    smoothed, n, kept = smooth.smooth(chain(), [{"x": x}], tmp_path, widest=1)
+    smoothed, n, kept = smooth.smooth(_chain(a, b), [{"x": x}], tmp_path, widest=1)
     assert (n, list(kept)) == (1, ["first"]) and 10 < kept["first"] < smooth.OUTLIER
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in smoothed.graph.initializer}
     np.testing.assert_array_equal(inits["a"], a)
