@@ -8,6 +8,8 @@ their records leave it out; tests/export/test_openvino_int8.py, test_quantize.py
 and the family tests export it as users get it."""
 from __future__ import annotations
 
+import math
+
 from bertonnx.export import ExportOptions
 
 
@@ -19,9 +21,8 @@ def ort_int8(**options) -> ExportOptions:
 def fp32_matmul_extra_bytes(path) -> int:
     """What the MatMuls an int8 graph left fp32 (their recipe's widest or outlier inputs) add
     to its size: 3 bytes a weight, 4 against int8's 1."""
-    import numpy as np  # lazy, as onnx: the options above are read by tests that need neither
-    import onnx
+    import onnx  # lazy: the options above are read by tests that need no graph
 
     g = onnx.load(str(path), load_external_data=False).graph
     dims = {i.name: i.dims for i in g.initializer}
-    return sum(3 * int(np.prod(dims[n.input[1]])) for n in g.node if n.op_type == "MatMul")
+    return sum(3 * math.prod(dims[n.input[1]]) for n in g.node if n.op_type == "MatMul")

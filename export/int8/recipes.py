@@ -186,7 +186,7 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
                     f"{len(fp32)} left fp32, unsmoothed: the inputs with a channel ≥ "
                     f"{smooth.OUTLIER:g}× its median" + (f", and at least the {r.widest} "
                                                           "widest" if r.widest else "")
-                    + ": " + ", ".join(f"{k} ({v:g}×)" for k, v in fp32.items()))
+                    + ": " + ", ".join(f"{k} ({round(v, 1):g}×)" for k, v in fp32.items()))
         elif r.method == "dynamic":
             q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
         elif r.method == "nbits":

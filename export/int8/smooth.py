@@ -144,4 +144,4 @@ def smooth(proto: onnx.ModelProto, feeds: list[dict], scratch: Path | None = Non
         ordered.append(node)
     del g.node[:]
     g.node.extend(ordered)
-    return proto, len(muls), {n.name: round(ratios[w], 1) for w in fp32 for n in groups[w]}
+    return proto, len(muls), {n.name: ratios[w] for w in fp32 for n in groups[w]}

@@ -1,6 +1,6 @@
 """int8 as close to fp32 as CTranslate2's int8 (docs/int8.md, "Accuracy against CTranslate2"):
 the s8-smooth-qkv recipes smooth every quantized input, the fused Attention's too, and the
-widest-fp32 ones leave the first FFN down projection fp32; on the real all-MiniLM-L6-v2
+widest-fp32 ones leave the MatMul with the widest input fp32; on the real all-MiniLM-L6-v2
 (slow) the shipped recipes keep mean cosine ≥ 0.995 and worst ≥ 0.99 to fp32 on held-out
 prose."""
 from __future__ import annotations

@@ -95,7 +95,7 @@ EXPECTED_OPS = {"s8-rr": {"QAttention": 2}, "s8": {"QAttention": 2},
                 # and one before each layer's Attention (its QKV projection)
                 "s8-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6},
                 "s8-rr-smooth-qkv": {"QAttention": 2, "Mul": 8, "MatMulInteger": 6},
-                # all but the first FFN down projection, which stays a (fp32) MatMul
+                # all but the MatMul with the widest input, which stays a (fp32) MatMul
                 "s8-smooth-qkv-widest-fp32": {"QAttention": 2, "Mul": 7, "MatMulInteger": 5,
                                                   "MatMul": 1},
                 "s8-rr-smooth-qkv-widest-fp32": {"QAttention": 2, "Mul": 7,
