@@ -134,7 +134,8 @@ def _adopt(src: Path, out: Path, options: AdoptOptions, say) -> Manifest:
         say(row.progress)
         # the recipes that calibrate (SmoothQuant, static int8) read real text: the folder's
         # tokenizer, which the runtime needs anyway (refused below when it cannot load it)
-        proto, quant = row.convert(proto, ExportOptions(quantize=options.quantize), None, None,
+        box, proto = [proto], None
+        proto, quant = row.convert(box, ExportOptions(quantize=options.quantize), None, None,
                                    load_tokenizer(src))
 
     with publishing(out) as tmp:

@@ -20,18 +20,19 @@ from bertonnx.runtime.core.errors import CheckFailed, ConfigError, lookup
 from .int8 import recipes
 
 
-# --- conversions (proto, ExportOptions, scratch folder or None, variant, tokenizer) ->
-# (proto, the manifest's quantization record) -------------------------------------------------
+# --- conversions ([proto], ExportOptions, scratch folder or None, variant, tokenizer) ->
+# (proto, the manifest's quantization record); each takes the proto out of its box (a list of
+# one), so the fp32 graph can go before the converted one is made (recipes.convert) ---------
 
-def _int8(proto, options, scratch=None, variant=None, tokenizer=None):
+def _int8(box, options, scratch=None, variant=None, tokenizer=None):
     variant = variant or recipes.candidates(options, tokenizer)[0]
-    return recipes.convert(variant, proto, options, scratch, tokenizer)
+    return recipes.convert(variant, box, options, scratch, tokenizer)
 
 
-def _fp16(proto, options, scratch=None, variant="", tokenizer=None):
+def _fp16(box, options, scratch=None, variant="", tokenizer=None):
     # lazy: onnx and onnxruntime.transformers; `export --help` reads this table
     from . import fp16
-    return fp16.convert(proto)
+    return fp16.convert(box.pop())
 
 
 # --- candidates: the variants an export tries in order until the judge passes one ----------

@@ -53,14 +53,17 @@ class Job:
     keep_fused: bool = False  # the fused fp32 graph stays in the scratch folder (FUSED)
 
 
-def _convert(job: Job, proto: onnx.ModelProto, variant: str, path: Path) -> tuple[dict, dict]:
-    """Convert (when the row converts), check fusion and write to `path`; the proto is
-    dropped before returning."""
+def _convert(job: Job, box: list, variant: str, path: Path) -> tuple[dict, dict]:
+    """Convert the proto in `box` (when the row converts), check fusion and write to `path`.
+    The box is emptied: the conversion takes the proto out, and drops it once it has no more
+    use for it (quantize.int8: before the quantizer loads its own copy)."""
     quant = {"mode": job.options.quantize}
     if job.row.convert is not None:
         job.say(job.row.progress + (f" — recipe {variant}" if variant else ""))
-        proto, quant = job.row.convert(proto, job.options, job.scratch, variant, job.tokenizer)
+        proto, quant = job.row.convert(box, job.options, job.scratch, variant, job.tokenizer)
         memory.release()
+    else:
+        proto = box.pop()
     counts = fusion.fused_counts(proto)
     if job.options.optimize:
         fusion.check_fused(counts, job.config)
@@ -79,9 +82,8 @@ def first_passing(job: Job, box: list, model_path: Path) -> Chosen:
         proto = None
     tried = []
     for i, variant in enumerate(variants):
-        current, proto = (proto if proto is not None else onnx.load(str(fused))), None
+        current, proto = [proto if proto is not None else onnx.load(str(fused))], None
         quant, counts = _convert(job, current, variant, model_path)
-        del current
         if job.reference is None:
             return Chosen(quant, counts, {})
         job.say("checking parity against the torch model's outputs")
@@ -108,7 +110,7 @@ def fastest_passing(job: Job, box: list, model_path: Path, *,
     made = {}
     for variant in variants:
         path = job.scratch / f"candidate-{variant}.onnx"
-        quant, counts = _convert(job, onnx.load(str(fused)), variant, path)
+        quant, counts = _convert(job, [onnx.load(str(fused))], variant, path)
         job.say(f"judging recipe {variant}")
         figures = job.row.judge(job.reference, parity.session(path))
         made[variant] = (path, quant, counts, figures)

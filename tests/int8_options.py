@@ -4,8 +4,8 @@ Where nncf is installed, as in the suite's environment, an int8 export also writ
 static int8 graph for OpenVINO and judges it (export/openvino_int8.py): a child process that
 imports nncf and calibrates on 338 texts, 3-4 s for a tiny model and 41 s for
 all-mpnet-base-v2 on a 2-core AMD EPYC. The tests of the dynamic recipes, their accuracy and
-their records leave it out; tests/export/test_openvino_int8.py, test_quantize.py (every task)
-and the family tests export it as users get it."""
+their records leave it out; tests/export/test_openvino_int8.py exports it as users get it, and
+so do test_quantize.py (the fill-mask and QA heads) and test_family_export.py (RoBERTa)."""
 from __future__ import annotations
 
 import math

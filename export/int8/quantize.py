@@ -30,7 +30,7 @@ from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantT
                                       quantize_dynamic, quantize_static)
 from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-from .. import fusion, tied_decoder
+from .. import fusion, memory, tied_decoder
 from ..attention_bias import ATTENTION_BIAS
 from ..graph import save_model, without_weights
 from .evidence import default_settings_summary
@@ -55,10 +55,14 @@ def _root_logger_at_error():
         root.setLevel(level)
 
 
-def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
+def int8(proto: onnx.ModelProto | list, settings: Int8Settings | None = None,
          scratch: Path | None = None, *, attention: bool = True, keep_fp32: tuple = ()
          ) -> tuple[onnx.ModelProto, dict]:
     """Dynamic int8 of the fused graph `proto`; returns the graph and the manifest's settings.
+    Given in a box (a list of one), the proto is taken out of it and dropped once its weights
+    are in the scratch file: the quantizer then loads its own copy, and a caller that still
+    held the fp32 graph would have two sets of fp32 weights in memory at the quantizer's peak
+    (all-mpnet-base-v2 2.47 -> 2.08 GB: docs/benchmarks-history.md, "Exports that fit").
 
     Its files (the graph handed to the quantizer by path, which then writes its shape-inferred
     copy beside it, and the result) go to `scratch` when given: the export's own folder, which
@@ -74,7 +78,11 @@ def int8(proto: onnx.ModelProto, settings: Int8Settings | None = None,
     with _root_logger_at_error(), tempfile.TemporaryDirectory(prefix="bertonnx-int8-",
                                                               dir=scratch) as d:
         source, out = Path(d) / "fused.onnx", Path(d) / "int8.onnx"
+        if isinstance(proto, list):
+            proto = proto.pop()
         light = without_weights(proto, Path(d) / "fused.onnx.data")
+        del proto  # the caller's only reference, when it came in a box
+        memory.release()
         fp32 = _positioned_embeddings(light, Path(d))  # left fp32, with the decoder tied to them
         biased = _biased_attention(light)  # left fp32
         tied = tied_decoder.hide(light)

@@ -160,23 +160,26 @@ def candidates(options, tokenizer=True) -> tuple[str, ...]:
     return row if tokenizer is not None else tuple(r for r in row if not RECIPES[r].calibrates)
 
 
-def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict]:
-    """The fused fp32 graph `proto` in int8 by recipe `name` ("custom": options.int8's
-    dynamic settings); returns the graph and the manifest's quantization record."""
+def convert(name: str, box: list, options, scratch, tokenizer) -> tuple[object, dict]:
+    """The fused fp32 graph in `box` (a list of one: taken out, so that quantize.int8 can drop
+    it before the quantizer loads its own copy) in int8 by recipe `name` ("custom":
+    options.int8's dynamic settings); returns the graph and the manifest's quantization
+    record."""
     # lazy: quantize loads onnx and torch (via ..graph), and `bertonnx export --help` reads
     # this module's tables
     from . import quantize, smooth
 
     kind, how = resolve_target(options.target_cpu)
     if name == "custom":
-        q, info = quantize.int8(proto, options.int8, scratch)
+        q, info = quantize.int8(box, options.int8, scratch)
         info.update(recipe="custom", summary="dynamic int8 with the settings given")
     else:
         r = recipe(name)
         if r.method == "dynamic" and r.smooth:
-            proto, n, fp32 = smooth.smooth(proto, calibration_feeds(tokenizer, name), scratch,
-                                           attention=r.smooth_attention, widest=r.widest)
-            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention,
+            # in place, in the box (no reference kept here: quantize.int8 drops it)
+            n, fp32 = smooth.smooth(box[0], calibration_feeds(tokenizer, name), scratch,
+                                    attention=r.smooth_attention, widest=r.widest)[1:]
+            q, info = quantize.int8(box, r.settings, scratch, attention=r.attention,
                                     keep_fp32=tuple(fp32))
             what = "MatMuls and Attention inputs" if r.smooth_attention else "MatMuls"
             info["smoothing"] = (f"SmoothQuant (alpha {smooth.ALPHA}) of {n} {what}, "
@@ -188,11 +191,11 @@ def convert(name: str, proto, options, scratch, tokenizer) -> tuple[object, dict
                                                           "widest" if r.widest else "")
                     + ": " + ", ".join(f"{k} ({round(v, 1):g}×)" for k, v in fp32.items()))
         elif r.method == "dynamic":
-            q, info = quantize.int8(proto, r.settings, scratch, attention=r.attention)
+            q, info = quantize.int8(box, r.settings, scratch, attention=r.attention)
         elif r.method == "nbits":
-            q, info = quantize.int8_nbits(proto)
+            q, info = quantize.int8_nbits(box.pop())
         else:
-            q, info = quantize.int8_static(proto, calibration_feeds(tokenizer, name),
+            q, info = quantize.int8_static(box.pop(), calibration_feeds(tokenizer, name),
                                            r.settings, scratch)
         # quantize's word on the attention wins (an MPNet Attention stays fp32 whatever the
         # recipe: export/int8/quantize.py)
