@@ -166,20 +166,19 @@ def test_a_bulk_job_runs_on_it_by_default(int8_export, tmp_path, monkeypatch, ca
 
 
 def test_on_real_weights_it_is_as_accurate_as_ctranslate2_on_held_out_prose(minilm_dir,
-                                                                            tmp_path):
+                                                                            minilm_int8):
     """all-MiniLM-L6-v2's int8 export, its OpenVINO graph against sentence-transformers fp32 on
     prose no calibration saw (bench/inputs.py's; calibration is WordNet's): issue 41's int8 bar,
     CTranslate2's accuracy — mean >= 0.995, worst >= 0.99 per text."""
     from sentence_transformers import SentenceTransformer
 
     from bertonnx.bench.inputs import prose_passages, prose_sentences
-    from bertonnx.export import ExportOptions, export_model  # torch: lazy
 
-    export_model(minilm_dir, EMB, tmp_path / "q", ExportOptions(quantize="int8"))
-    record = json.loads((tmp_path / "q" / MANIFEST_NAME).read_text())["engines"]["openvino:int8"]
+    folder, _ = minilm_int8   # `export --quantize int8` with its defaults
+    record = json.loads((folder / MANIFEST_NAME).read_text())["engines"]["openvino:int8"]
     assert record["passed"], record
     reference = SentenceTransformer(str(minilm_dir), device="cpu")
-    pipe = load(tmp_path / "q", providers="openvino:int8")
+    pipe = load(folder, providers="openvino:int8")
     for texts in (prose_sentences(256), prose_passages(64)):
         want = reference.encode(texts, normalize_embeddings=True)
         got = np.asarray(pipe(texts, return_tensors=True))
