@@ -97,8 +97,7 @@ def ours(ckpt: Path, work: Path, quantize: str, fresh: bool, int8: str | None = 
     # onnxruntime's graph only: these rows run the CPU provider, never NNCF's OpenVINO int8
     # graph an int8 export writes by default (3-4 s a tiny model, 40 s on bert-base)
     export_model(ckpt, TASK, out, ExportOptions(quantize=quantize, force=True, int8=settings,
-                                                parity=gate, openvino_int8=(
-                                                    False if quantize == "int8" else None)))
+                                                parity=gate, openvino_int8=False))
     return out
 
 

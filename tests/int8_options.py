@@ -18,6 +18,16 @@ def ort_int8(**options) -> ExportOptions:
     return ExportOptions(quantize="int8", openvino_int8=False, **options)
 
 
+def check_openvino_graph(folder, manifest) -> None:
+    """An int8 export made as users get it wrote NNCF's graph beside model.onnx and judged it
+    (where nncf and openvino are installed)."""
+    from bertonnx.export import openvino_int8  # lazy, as onnx below
+
+    if openvino_int8.missing() is None:
+        record = manifest.engines[openvino_int8.KEY]
+        assert (folder / record["file"]).is_file() and "agreement" in record, record
+
+
 def fp32_matmul_extra_bytes(path) -> int:
     """What the MatMuls an int8 graph left fp32 (their recipe's widest or outlier inputs) add
     to its size: 3 bytes a weight, 4 against int8's 1."""

@@ -34,9 +34,13 @@ SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "artifacts", ".setuptools
 pytestmark = pytest.mark.slow
 
 
+def _env() -> dict[str, str]:
+    """The caller's environment without what points Python at this checkout."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+
 def _run(argv, **kw) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env,
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=_env(),
                           timeout=kw.pop("timeout", 600), **kw)
 
 
@@ -51,9 +55,8 @@ def user_venv(tmp_path_factory):
     src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
     shutil.copytree(ROOT, src, ignore=SKIP)
     # run from `tmp`: in the source tree `-m build` would import our build/ folder
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     sdist = subprocess.Popen([sys.executable, "-m", "build", "--no-isolation", "--sdist",
-                              "--outdir", str(dist), str(src)], cwd=tmp, env=env,
+                              "--outdir", str(dist), str(src)], cwd=tmp, env=_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         built = _run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir",

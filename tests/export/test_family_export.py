@@ -16,7 +16,7 @@ import onnx
 import pytest
 import torch
 
-from bertonnx.export import ExportOptions, export_model, fusion, openvino_int8, parity
+from bertonnx.export import ExportOptions, export_model, fusion, parity
 from bertonnx.export.int8 import quantize
 from bertonnx.runtime.core.contract import (FP32_ATOL, INPUT_NAMES, MODEL_NAME, hf_class,
                                             output_names)
@@ -25,6 +25,7 @@ from bertonnx.runtime.core.families import family as family_row
 from bertonnx.runtime.core.manifest import Manifest
 
 from tests.conftest import BIO, SENTIMENT, TASK_NAMES, family_spec, make_checkpoint
+from tests.int8_options import check_openvino_graph, ort_int8
 
 FAMILIES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert",
             "deberta-v2", "mpnet")
@@ -113,10 +114,10 @@ def exported(tmp_path_factory, checkpoint, tiny_export):
             # int8: onnxruntime's graph, which these tests read; NNCF's graph for OpenVINO
             # (3-4 s a tiny export) only where its family differs from test_openvino_int8's
             # BERT in what it quantizes: RoBERTa's fp32 embeddings (its position ids)
-            openvino = None if family in OPENVINO_INT8 else False
+            options = (ort_int8() if quantize == "int8" and family not in OPENVINO_INT8
+                       else ExportOptions(quantize=quantize))
             made[key] = (out, export_model(checkpoint(family, task, **config), task, out,
-                                           ExportOptions(quantize=quantize,
-                                                         openvino_int8=openvino)))
+                                           options))
         return made[key]
 
     return get
@@ -230,9 +231,8 @@ def test_int8_passes_the_agreement_gate(exported, family, task):
     else:
         assert embed[0].op_type == "QEmbedLayerNormalization"
         assert tables[0].data_type == onnx.TensorProto.UINT8
-    if family in OPENVINO_INT8 and openvino_int8.missing() is None:
-        record = manifest.engines["openvino:int8"]   # written and judged beside it
-        assert (folder / record["file"]).is_file() and "agreement" in record, record
+    if family in OPENVINO_INT8:
+        check_openvino_graph(folder, manifest)
 
 
 def test_roberta_int8_needs_its_position_ids(checkpoint, tmp_path, monkeypatch):

@@ -76,14 +76,13 @@ def minilm_fp32(minilm_dir, tmp_path_factory):
 def test_real_minilm_is_as_close_to_fp32_as_ctranslate2_int8(minilm_dir, minilm_fp32, tmp_path,
                                                              name, request):
     from bertonnx.runtime import load
-    from bertonnx.runtime.core.contract import MODEL_NAME as FILE
 
     folder = tmp_path / name
     if name == TARGETS[resolve_target("auto")[0]].recipes[0]:
         # this CPU's first recipe: the default export, shared (tests/export/conftest.py), which
         # its gate must have taken
         folder, m = request.getfixturevalue("minilm_int8")
-        assert m.quantization["recipe"] == name and (folder / FILE).is_file()
+        assert m.quantization["recipe"] == name and (folder / MODEL_NAME).is_file()
     else:
         export_model(minilm_dir, TASK, folder, ort_int8(int8_recipe=name, parity=False))
     int8 = load(folder)
